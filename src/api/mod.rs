@@ -1,0 +1,141 @@
+//! The tonic services. This is the only code that sees prost types: it
+//! checks access through [`crate::auth::access`], calls the store on the
+//! blocking pool, converts records to messages, and turns errors into
+//! statuses through [`crate::error`].
+
+mod convert;
+pub mod payloads;
+pub mod sessions;
+
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+use tonic::Request;
+
+use crate::auth::access::{self, Access, Rpc, SessionOwnership};
+use crate::auth::{Principal, TokenTable};
+use crate::config::Config;
+use crate::error::{ApiError, ApiResult};
+use crate::ids::SessionId;
+use crate::store::Store;
+use crate::store::records::{PayloadRecord, SessionRecord};
+
+/// What every service shares.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    /// The store.
+    pub store: Arc<Store>,
+    /// The configuration the server runs with.
+    pub config: Arc<Config>,
+    /// Upload slots, server-wide.
+    pub upload_slots: Arc<Semaphore>,
+}
+
+impl AppState {
+    /// Builds the state.
+    pub fn new(store: Arc<Store>, config: Arc<Config>) -> Self {
+        let upload_slots = Arc::new(Semaphore::new(config.limits.max_concurrent_uploads));
+        Self {
+            store,
+            config,
+            upload_slots,
+        }
+    }
+
+    /// Loads a session and checks that `principal` may use it through `rpc`.
+    pub async fn session_for(&self, principal: &Principal, rpc: Rpc, raw_id: &str) -> ApiResult<SessionRecord> {
+        access::authorize(principal, rpc)?;
+        if raw_id.is_empty() {
+            return Err(ApiError::BadRequest("session_id is required".into()));
+        }
+        let id = SessionId::parse(raw_id)?;
+        let store = self.store.clone();
+        let session = blocking(move || store.session(&id)).await?;
+        check_session(principal, rpc, &session, "session", raw_id)?;
+        Ok(session)
+    }
+
+    /// Loads a payload and its session, and checks access through `rpc`.
+    pub async fn payload_for(&self, principal: &Principal, rpc: Rpc, raw_id: &str) -> ApiResult<(SessionRecord, PayloadRecord)> {
+        access::authorize(principal, rpc)?;
+        if raw_id.is_empty() {
+            return Err(ApiError::BadRequest("payload_id is required".into()));
+        }
+        let id = crate::ids::PayloadId::parse(raw_id)?;
+        let store = self.store.clone();
+        let (session, payload) = blocking(move || {
+            let p = store.payload(&id)?;
+            let s = store.session(&p.session_id)?;
+            Ok::<_, crate::store::StoreError>((s, p))
+        })
+        .await?;
+        check_session(principal, rpc, &session, "payload", raw_id)?;
+        Ok((session, payload))
+    }
+}
+
+fn check_session(principal: &Principal, rpc: Rpc, s: &SessionRecord, kind: &'static str, id: &str) -> ApiResult<()> {
+    match access::session_access(principal, rpc, ownership(s)) {
+        Access::Allowed => Ok(()),
+        Access::Hidden => Err(ApiError::Hidden { kind, id: id.to_owned() }),
+        Access::Denied(why) => Err(ApiError::Denied(why)),
+    }
+}
+
+/// The access-relevant facts of a session.
+pub fn ownership(s: &SessionRecord) -> SessionOwnership<'_> {
+    SessionOwnership {
+        tenant: &s.tenant,
+        owner: &s.owner,
+        share_with: &s.share_with,
+        compliance_can_read: false,
+    }
+}
+
+/// Runs blocking store work on the blocking pool.
+pub async fn blocking<T, E>(f: impl FnOnce() -> Result<T, E> + Send + 'static) -> ApiResult<T>
+where
+    T: Send + 'static,
+    E: Into<ApiError> + Send + 'static,
+{
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r.map_err(Into::into),
+        Err(e) => Err(ApiError::Internal(format!("blocking task failed: {e}"))),
+    }
+}
+
+/// The authenticated principal the interceptor attached to the request.
+pub fn principal<T>(req: &Request<T>) -> ApiResult<Principal> {
+    req.extensions()
+        .get::<Principal>()
+        .cloned()
+        .ok_or(ApiError::Auth(crate::auth::AuthError::MissingToken))
+}
+
+/// The interceptor that authenticates every call of the services it wraps.
+#[derive(Debug, Clone)]
+pub struct Authenticator {
+    tokens: Arc<TokenTable>,
+}
+
+impl Authenticator {
+    /// Wraps a token table.
+    pub fn new(tokens: Arc<TokenTable>) -> Self {
+        Self { tokens }
+    }
+}
+
+impl tonic::service::Interceptor for Authenticator {
+    fn call(&mut self, mut req: Request<()>) -> Result<Request<()>, tonic::Status> {
+        let header = req.metadata().get("authorization").and_then(|v| v.to_str().ok());
+        let principal = self.tokens.authenticate(header).map_err(|e| tonic::Status::from(ApiError::from(e)))?;
+        req.extensions_mut().insert(principal);
+        Ok(req)
+    }
+}
+
+/// Clamps a requested page size to `[1, max]`, with 100 for zero.
+pub fn page_size(requested: u32, max: u32) -> usize {
+    let size = if requested == 0 { 100 } else { requested };
+    size.min(max) as usize
+}

@@ -1,0 +1,247 @@
+//! `spillway.v1.Payloads`: upload, stat, list, read, download, delete.
+
+use std::io::Read as _;
+
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+use tracing::instrument;
+
+use super::{AppState, blocking, convert, page_size, principal};
+use crate::auth::access::Rpc;
+use crate::error::{ApiError, map_decode_status};
+use crate::proto::{self, payloads_server::Payloads, upload_chunk::Chunk};
+use crate::store::read::ReadSpec;
+use crate::store::{StoreError, UploadMeta};
+
+/// Chunks in flight between the network and the disk writer of one upload.
+/// With the message limit, this bounds an upload's memory.
+const UPLOAD_QUEUE: usize = 4;
+/// Chunks read ahead of a slow download client.
+const DOWNLOAD_QUEUE: usize = 2;
+
+/// The Payloads service.
+#[derive(Debug, Clone)]
+pub struct PayloadsService {
+    state: AppState,
+}
+
+impl PayloadsService {
+    /// Wraps the shared state.
+    pub fn new(state: AppState) -> Self {
+        Self { state }
+    }
+}
+
+enum UploadMsg {
+    Data(Vec<u8>),
+    Finish,
+}
+
+fn header_meta(h: &proto::UploadHeader) -> Result<UploadMeta, ApiError> {
+    for (field, value) in [
+        ("name", &h.name),
+        ("content_type", &h.content_type),
+        ("tool_name", &h.tool_name),
+        ("tool_call_id", &h.tool_call_id),
+    ] {
+        if value.len() > 512 {
+            return Err(ApiError::BadRequest(format!("header.{field} is {} bytes; at most 512 are allowed", value.len())));
+        }
+    }
+    Ok(UploadMeta {
+        name: h.name.clone(),
+        content_type: h.content_type.clone(),
+        tool_name: h.tool_name.clone(),
+        tool_call_id: h.tool_call_id.clone(),
+        is_error: h.is_error,
+        expected_sha256: (!h.expected_sha256.is_empty()).then(|| h.expected_sha256.clone()),
+        derived_from: Vec::new(),
+    })
+}
+
+#[tonic::async_trait]
+impl Payloads for PayloadsService {
+    #[instrument(name = "payloads.upload", skip_all, fields(session_id, payload_id), err(level = "info"))]
+    async fn upload(&self, req: Request<Streaming<proto::UploadChunk>>) -> Result<Response<proto::Payload>, Status> {
+        let p = principal(&req)?;
+        crate::auth::access::authorize(&p, Rpc::Upload)?;
+        let limits = &self.state.config.limits;
+        let _slot = self.state.upload_slots.clone().try_acquire_owned().map_err(|_| {
+            ApiError::Limit(format!(
+                "limits.max_concurrent_uploads ({}) uploads are already in progress; retry shortly",
+                limits.max_concurrent_uploads
+            ))
+        })?;
+        let decode_limit = limits.max_request_message_bytes;
+        let mut stream = req.into_inner();
+        let first = stream
+            .message()
+            .await
+            .map_err(|s| map_decode_status(s, decode_limit))?
+            .ok_or_else(|| ApiError::BadRequest("empty upload: the first chunk must carry the header".into()))?;
+        let Some(Chunk::Header(header)) = first.chunk else {
+            return Err(ApiError::BadRequest("the first upload chunk must carry the header, not data".into()).into());
+        };
+        let meta = header_meta(&header)?;
+        let session = self.state.session_for(&p, Rpc::Upload, &header.session_id).await?;
+        tracing::Span::current().record("session_id", tracing::field::display(&session.id));
+
+        let (tx, mut rx) = mpsc::channel::<UploadMsg>(UPLOAD_QUEUE);
+        let store = self.state.store.clone();
+        let session_id = session.id.clone();
+        let writer = tokio::task::spawn_blocking(move || -> Result<Option<_>, StoreError> {
+            let mut upload = store.begin_upload(&session_id, meta)?;
+            while let Some(msg) = rx.blocking_recv() {
+                match msg {
+                    UploadMsg::Data(d) => upload.write(&d)?,
+                    UploadMsg::Finish => return upload.finish().map(Some),
+                }
+            }
+            // The stream broke off: dropping the upload removes its file.
+            Ok(None)
+        });
+
+        let mut client_error: Option<Status> = None;
+        loop {
+            match stream.message().await {
+                Ok(Some(proto::UploadChunk { chunk: Some(Chunk::Data(d)) })) => {
+                    if tx.send(UploadMsg::Data(d)).await.is_err() {
+                        break; // the writer failed; its error is reported below
+                    }
+                }
+                Ok(Some(proto::UploadChunk { chunk: Some(Chunk::Header(_)) })) => {
+                    client_error = Some(ApiError::BadRequest("a second header arrived; send the header once, in the first chunk".into()).into());
+                    break;
+                }
+                Ok(Some(proto::UploadChunk { chunk: None })) => {}
+                Ok(None) => {
+                    let _ = tx.send(UploadMsg::Finish).await;
+                    break;
+                }
+                Err(s) => {
+                    client_error = Some(map_decode_status(s, decode_limit));
+                    break;
+                }
+            }
+        }
+        drop(tx);
+        let outcome = writer.await.map_err(|e| ApiError::Internal(format!("upload writer failed: {e}")))?;
+        if let Some(status) = client_error {
+            return Err(status);
+        }
+        match outcome {
+            Ok(Some(record)) => {
+                tracing::Span::current().record("payload_id", tracing::field::display(&record.id));
+                tracing::info!(bytes = record.size, sha256 = %record.sha256, "payload stored");
+                Ok(Response::new(convert::payload(&record)))
+            }
+            Ok(None) => Err(Status::cancelled("the upload stream ended early; nothing was stored")),
+            Err(e) => Err(ApiError::from(e).into()),
+        }
+    }
+
+    #[instrument(name = "payloads.stat", skip_all, err(level = "info"))]
+    async fn stat(&self, req: Request<proto::PayloadRequest>) -> Result<Response<proto::Payload>, Status> {
+        let p = principal(&req)?;
+        let (_, payload) = self.state.payload_for(&p, Rpc::Stat, &req.get_ref().payload_id).await?;
+        Ok(Response::new(convert::payload(&payload)))
+    }
+
+    #[instrument(name = "payloads.list", skip_all, err(level = "info"))]
+    async fn list_payloads(&self, req: Request<proto::ListPayloadsRequest>) -> Result<Response<proto::ListPayloadsResponse>, Status> {
+        let p = principal(&req)?;
+        let r = req.into_inner();
+        let session = self.state.session_for(&p, Rpc::ListPayloads, &r.session_id).await?;
+        let size = page_size(r.page_size, self.state.config.limits.max_page_size);
+        let store = self.state.store.clone();
+        let page = blocking(move || store.list_payloads(&session.id, &r.page_token, size)).await?;
+        Ok(Response::new(proto::ListPayloadsResponse {
+            payloads: page.items.iter().map(convert::payload).collect(),
+            next_page_token: page.next_token,
+        }))
+    }
+
+    #[instrument(name = "payloads.read", skip_all, err(level = "info"))]
+    async fn read(&self, req: Request<proto::ReadRequest>) -> Result<Response<proto::ReadResponse>, Status> {
+        let p = principal(&req)?;
+        let r = req.into_inner();
+        let (_, payload) = self.state.payload_for(&p, Rpc::Read, &r.payload_id).await?;
+        let limits = &self.state.config.limits;
+        let max_bytes = match r.max_bytes {
+            0 => limits.read_default_bytes,
+            n => n.min(limits.read_max_bytes),
+        };
+        let spec = match r.range {
+            None => ReadSpec::Bytes { offset: 0, length: 0 },
+            Some(proto::read_request::Range::ByteRange(b)) => ReadSpec::Bytes {
+                offset: b.offset,
+                length: b.length,
+            },
+            Some(proto::read_request::Range::LineRange(l)) => ReadSpec::Lines {
+                start: l.start_line,
+                end: l.end_line,
+            },
+        };
+        let store = self.state.store.clone();
+        let (size, lines) = (payload.size, payload.line_count);
+        let out = blocking(move || store.read(&payload, spec, max_bytes)).await?;
+        Ok(Response::new(proto::ReadResponse {
+            data: out.data,
+            start_offset: out.start_offset,
+            end_offset: out.end_offset,
+            first_line: out.first_line,
+            last_line: out.last_line,
+            total_bytes: size,
+            total_lines: lines,
+            eof: out.eof,
+        }))
+    }
+
+    type DownloadStream = ReceiverStream<Result<proto::DataChunk, Status>>;
+
+    #[instrument(name = "payloads.download", skip_all, err(level = "info"))]
+    async fn download(&self, req: Request<proto::PayloadRequest>) -> Result<Response<Self::DownloadStream>, Status> {
+        let p = principal(&req)?;
+        let (_, payload) = self.state.payload_for(&p, Rpc::Download, &req.get_ref().payload_id).await?;
+        let store = self.state.store.clone();
+        let record = payload.clone();
+        let mut file = blocking(move || store.open_payload(&record)).await?;
+        let chunk = self.state.config.limits.download_chunk_bytes;
+        let (tx, rx) = mpsc::channel(DOWNLOAD_QUEUE);
+        tokio::task::spawn_blocking(move || {
+            let mut buf = vec![0u8; chunk];
+            loop {
+                let n = match file.read(&mut buf) {
+                    Ok(0) => return,
+                    Ok(n) => n,
+                    Err(e) => {
+                        let _ = tx.blocking_send(Err(ApiError::from(StoreError::from(e)).into()));
+                        return;
+                    }
+                };
+                let data = buf[..n].to_vec();
+                if tx.blocking_send(Ok(proto::DataChunk { data })).is_err() {
+                    return; // the client went away
+                }
+            }
+        });
+        tracing::info!(payload_id = %payload.id, bytes = payload.size, "download started");
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    #[instrument(name = "payloads.delete", skip_all, err(level = "info"))]
+    async fn delete_payload(&self, req: Request<proto::DeletePayloadRequest>) -> Result<Response<proto::DeletionReceipt>, Status> {
+        let p = principal(&req)?;
+        let r = req.into_inner();
+        let (_, payload) = self.state.payload_for(&p, Rpc::DeletePayload, &r.payload_id).await?;
+        if r.reason.len() > 1024 {
+            return Err(ApiError::BadRequest("reason is longer than 1024 bytes".into()).into());
+        }
+        let store = self.state.store.clone();
+        let by = p.id.clone();
+        let receipt = blocking(move || store.delete_payload(&payload.id, &by, &r.reason)).await?;
+        tracing::info!(receipt_id = %receipt.id, bytes = receipt.bytes_deleted, "payload deleted");
+        Ok(Response::new(convert::receipt(&receipt)))
+    }
+}

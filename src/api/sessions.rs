@@ -1,0 +1,139 @@
+//! `spillway.v1.Sessions`.
+
+use std::collections::BTreeMap;
+
+use tonic::{Request, Response, Status};
+use tracing::instrument;
+
+use super::{AppState, blocking, convert, page_size, principal};
+use crate::auth::access::{self, Rpc};
+use crate::error::ApiError;
+use crate::ids::SessionId;
+use crate::proto::{self, sessions_server::Sessions};
+use crate::store::NewSession;
+use crate::store::records::SessionState;
+
+/// Longest label, label key or value, and principal ID accepted.
+const MAX_LABEL: usize = 256;
+/// Most labels and `share_with` entries on one session.
+const MAX_ENTRIES: usize = 64;
+
+/// The Sessions service.
+#[derive(Debug, Clone)]
+pub struct SessionsService {
+    state: AppState,
+}
+
+impl SessionsService {
+    /// Wraps the shared state.
+    pub fn new(state: AppState) -> Self {
+        Self { state }
+    }
+}
+
+fn check_len(field: &str, value: &str) -> Result<(), ApiError> {
+    if value.len() > MAX_LABEL {
+        return Err(ApiError::BadRequest(format!("{field} is {} bytes; at most {MAX_LABEL} are allowed", value.len())));
+    }
+    Ok(())
+}
+
+#[tonic::async_trait]
+impl Sessions for SessionsService {
+    #[instrument(name = "sessions.create", skip_all, err(level = "info"))]
+    async fn create_session(&self, req: Request<proto::CreateSessionRequest>) -> Result<Response<proto::Session>, Status> {
+        let p = principal(&req)?;
+        access::authorize(&p, Rpc::CreateSession)?;
+        let r = req.into_inner();
+        check_len("label", &r.label)?;
+        if r.labels.len() > MAX_ENTRIES || r.share_with.len() > MAX_ENTRIES {
+            return Err(ApiError::BadRequest(format!("at most {MAX_ENTRIES} labels and {MAX_ENTRIES} share_with entries are allowed")).into());
+        }
+        for (k, v) in &r.labels {
+            check_len("a label key", k)?;
+            check_len("a label value", v)?;
+        }
+        for s in &r.share_with {
+            check_len("a share_with entry", s)?;
+        }
+        let parent = if r.parent_session_id.is_empty() {
+            None
+        } else {
+            let parent = self.state.session_for(&p, Rpc::GetSession, &r.parent_session_id).await?;
+            Some(parent.id)
+        };
+        let new = NewSession {
+            tenant: p.tenant.clone(),
+            owner: p.id.clone(),
+            label: r.label,
+            labels: r.labels.into_iter().collect::<BTreeMap<_, _>>(),
+            parent,
+            share_with: r.share_with,
+        };
+        let store = self.state.store.clone();
+        let s = blocking(move || store.create_session(new)).await?;
+        tracing::info!(session_id = %s.id, principal = %p.id, "session created");
+        Ok(Response::new(convert::session(&s, &self.state.config)))
+    }
+
+    #[instrument(name = "sessions.get", skip_all, err(level = "info"))]
+    async fn get_session(&self, req: Request<proto::GetSessionRequest>) -> Result<Response<proto::Session>, Status> {
+        let p = principal(&req)?;
+        let s = self.state.session_for(&p, Rpc::GetSession, &req.get_ref().session_id).await?;
+        Ok(Response::new(convert::session(&s, &self.state.config)))
+    }
+
+    #[instrument(name = "sessions.list", skip_all, err(level = "info"))]
+    async fn list_sessions(&self, req: Request<proto::ListSessionsRequest>) -> Result<Response<proto::ListSessionsResponse>, Status> {
+        let p = principal(&req)?;
+        access::authorize(&p, Rpc::ListSessions)?;
+        let r = req.into_inner();
+        let want = match proto::SessionState::try_from(r.state) {
+            Ok(proto::SessionState::Unspecified) => None,
+            Ok(proto::SessionState::Open) => Some(SessionState::Open),
+            Ok(proto::SessionState::Closed) => Some(SessionState::Closed),
+            // Deleted sessions leave only their receipts behind.
+            Ok(proto::SessionState::Deleted) => {
+                return Ok(Response::new(proto::ListSessionsResponse::default()));
+            }
+            Err(_) => return Err(ApiError::BadRequest(format!("state {} is not a SessionState", r.state)).into()),
+        };
+        let size = page_size(r.page_size, self.state.config.limits.max_page_size);
+        let store = self.state.store.clone();
+        let principal = p.clone();
+        let page = blocking(move || {
+            store.list_sessions(&principal.tenant, &r.page_token, size, &|s| {
+                want.is_none_or(|w| s.state == w) && access::can_see(&principal, super::ownership(s))
+            })
+        })
+        .await?;
+        Ok(Response::new(proto::ListSessionsResponse {
+            sessions: page.items.iter().map(|s| convert::session(s, &self.state.config)).collect(),
+            next_page_token: page.next_token,
+        }))
+    }
+
+    #[instrument(name = "sessions.close", skip_all, err(level = "info"))]
+    async fn close_session(&self, req: Request<proto::CloseSessionRequest>) -> Result<Response<proto::Session>, Status> {
+        let p = principal(&req)?;
+        let s = self.state.session_for(&p, Rpc::CloseSession, &req.get_ref().session_id).await?;
+        let store = self.state.store.clone();
+        let s = blocking(move || store.close_session(&s.id)).await?;
+        tracing::info!(session_id = %s.id, principal = %p.id, "session closed");
+        Ok(Response::new(convert::session(&s, &self.state.config)))
+    }
+
+    #[instrument(name = "sessions.delete", skip_all, err(level = "info"))]
+    async fn delete_session(&self, req: Request<proto::DeleteSessionRequest>) -> Result<Response<proto::DeletionReceipt>, Status> {
+        let p = principal(&req)?;
+        let r = req.into_inner();
+        let s = self.state.session_for(&p, Rpc::DeleteSession, &r.session_id).await?;
+        check_len("reason", &r.reason)?;
+        let store = self.state.store.clone();
+        let id: SessionId = s.id.clone();
+        let by = p.id.clone();
+        let receipt = blocking(move || store.delete_session(&id, &by, &r.reason)).await?;
+        tracing::info!(session_id = %s.id, receipt_id = %receipt.id, payloads = receipt.deleted_payload_ids.len(), bytes = receipt.bytes_deleted, "session deleted");
+        Ok(Response::new(convert::receipt(&receipt)))
+    }
+}

@@ -1,0 +1,272 @@
+//! The client subcommands.
+
+use std::io::{IsTerminal, Read, Write};
+
+use anyhow::{Context, bail};
+use indicatif::{ProgressBar, ProgressStyle};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+use super::client::{Bearer, ClientSettings, connect};
+use super::output;
+use super::{Cli, Command, SessionCommand};
+use crate::proto::{self, payloads_client::PayloadsClient, sessions_client::SessionsClient};
+
+/// Bytes per upload chunk: well under the server's 4 MiB message limit.
+const UPLOAD_CHUNK: usize = 1 << 20;
+
+type Svc = InterceptedService<Channel, Bearer>;
+
+struct Clients {
+    sessions: SessionsClient<Svc>,
+    payloads: PayloadsClient<Svc>,
+}
+
+/// Runs a client subcommand against the server.
+pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
+    let data_dir = std::env::var_os("SPILLWAY_DATA_DIR").map(std::path::PathBuf::from);
+    let settings = ClientSettings::resolve(cli.addr.as_deref(), cli.token.as_deref(), data_dir.as_deref())?;
+    let (channel, bearer) = connect(&settings).await?;
+    let mut c = Clients {
+        sessions: SessionsClient::with_interceptor(channel.clone(), bearer.clone()),
+        payloads: PayloadsClient::with_interceptor(channel, bearer)
+            .max_decoding_message_size(64 << 20),
+    };
+    let json = cli.json;
+    match cli.command {
+        Command::Serve(_) => unreachable!("serve is handled by main"),
+        Command::Session(cmd) => session(&mut c, cmd, json).await,
+        Command::Upload {
+            session,
+            file,
+            name,
+            content_type,
+            tool_name,
+            tool_call_id,
+            sha256,
+        } => {
+            let name = name.unwrap_or_else(|| file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default());
+            let header = proto::UploadHeader {
+                session_id: session,
+                name,
+                content_type: content_type.unwrap_or_default(),
+                tool_name,
+                tool_call_id,
+                expected_sha256: sha256.unwrap_or_default(),
+                is_error: false,
+            };
+            let p = upload(&mut c, header, &file).await?;
+            if json { output::json(&p) } else { output::payload(&p); Ok(()) }
+        }
+        Command::Stat { payload } => {
+            let p = c.payloads.stat(proto::PayloadRequest { payload_id: payload }).await?.into_inner();
+            if json { output::json(&p) } else { output::payload(&p); Ok(()) }
+        }
+        Command::Ls { session } => {
+            let mut token = String::new();
+            loop {
+                let page = c
+                    .payloads
+                    .list_payloads(proto::ListPayloadsRequest {
+                        session_id: session.clone(),
+                        page_size: 1000,
+                        page_token: token,
+                    })
+                    .await?
+                    .into_inner();
+                if json {
+                    output::json(&page)?;
+                } else {
+                    page.payloads.iter().for_each(output::payload_line);
+                }
+                if page.next_page_token.is_empty() {
+                    return Ok(());
+                }
+                token = page.next_page_token;
+            }
+        }
+        Command::Read { payload, lines, bytes, max_bytes } => {
+            let range = match (lines, bytes) {
+                (Some(l), _) => {
+                    let (a, b) = split_range(&l, "--lines")?;
+                    Some(proto::read_request::Range::LineRange(proto::LineRange { start_line: a, end_line: b }))
+                }
+                (None, Some(b)) => {
+                    let (offset, length) = split_range(&b, "--bytes")?;
+                    Some(proto::read_request::Range::ByteRange(proto::ByteRange { offset, length }))
+                }
+                (None, None) => None,
+            };
+            let r = c
+                .payloads
+                .read(proto::ReadRequest { payload_id: payload, max_bytes, range })
+                .await?
+                .into_inner();
+            if json {
+                return output::json(&r);
+            }
+            std::io::stdout().write_all(&r.data)?;
+            if !r.data.ends_with(b"\n") && !r.data.is_empty() {
+                println!();
+            }
+            eprintln!(
+                "-- lines {}-{} of {}, bytes {}-{} of {}{}",
+                r.first_line,
+                r.last_line,
+                r.total_lines,
+                r.start_offset,
+                r.end_offset,
+                r.total_bytes,
+                if r.eof { ", end of payload" } else { "" }
+            );
+            Ok(())
+        }
+        Command::Download { payload, output: out } => {
+            let stat = c.payloads.stat(proto::PayloadRequest { payload_id: payload.clone() }).await?.into_inner();
+            let mut stream = c.payloads.download(proto::PayloadRequest { payload_id: payload }).await?.into_inner();
+            let mut sink: Box<dyn Write> = match &out {
+                Some(path) => Box::new(std::io::BufWriter::new(
+                    std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
+                )),
+                None => Box::new(std::io::stdout().lock()),
+            };
+            let bar = progress(stat.size_bytes);
+            let mut got = 0u64;
+            while let Some(chunk) = stream.message().await? {
+                sink.write_all(&chunk.data)?;
+                got += chunk.data.len() as u64;
+                bar.set_position(got);
+            }
+            sink.flush()?;
+            bar.finish_and_clear();
+            if got != stat.size_bytes {
+                bail!("download ended after {got} of {} bytes", stat.size_bytes);
+            }
+            if let Some(path) = out {
+                eprintln!("wrote {got} bytes to {}", path.display());
+            }
+            Ok(())
+        }
+        Command::Rm { payload, reason } => {
+            let r = c
+                .payloads
+                .delete_payload(proto::DeletePayloadRequest { payload_id: payload, reason })
+                .await?
+                .into_inner();
+            if json { output::json(&r) } else { output::receipt(&r); Ok(()) }
+        }
+    }
+}
+
+async fn session(c: &mut Clients, cmd: SessionCommand, json: bool) -> anyhow::Result<()> {
+    match cmd {
+        SessionCommand::Create { label, labels, share_with, parent } => {
+            let mut map = std::collections::HashMap::new();
+            for kv in labels {
+                let (k, v) = kv.split_once('=').with_context(|| format!("label {kv:?} is not KEY=VALUE"))?;
+                map.insert(k.to_owned(), v.to_owned());
+            }
+            let s = c
+                .sessions
+                .create_session(proto::CreateSessionRequest {
+                    label,
+                    labels: map,
+                    policy: None,
+                    parent_session_id: parent.unwrap_or_default(),
+                    share_with,
+                })
+                .await?
+                .into_inner();
+            if json { output::json(&s) } else { output::session(&s); Ok(()) }
+        }
+        SessionCommand::Get { session } => {
+            let s = c.sessions.get_session(proto::GetSessionRequest { session_id: session }).await?.into_inner();
+            if json { output::json(&s) } else { output::session(&s); Ok(()) }
+        }
+        SessionCommand::Ls { state } => {
+            let state = match state.as_deref() {
+                Some("open") => proto::SessionState::Open,
+                Some("closed") => proto::SessionState::Closed,
+                _ => proto::SessionState::Unspecified,
+            } as i32;
+            let mut token = String::new();
+            loop {
+                let page = c
+                    .sessions
+                    .list_sessions(proto::ListSessionsRequest { page_size: 1000, page_token: token, state })
+                    .await?
+                    .into_inner();
+                if json {
+                    output::json(&page)?;
+                } else {
+                    page.sessions.iter().for_each(output::session_line);
+                }
+                if page.next_page_token.is_empty() {
+                    return Ok(());
+                }
+                token = page.next_page_token;
+            }
+        }
+        SessionCommand::Close { session } => {
+            let s = c.sessions.close_session(proto::CloseSessionRequest { session_id: session }).await?.into_inner();
+            if json { output::json(&s) } else { output::session(&s); Ok(()) }
+        }
+        SessionCommand::Rm { session, reason } => {
+            let r = c
+                .sessions
+                .delete_session(proto::DeleteSessionRequest { session_id: session, reason })
+                .await?
+                .into_inner();
+            if json { output::json(&r) } else { output::receipt(&r); Ok(()) }
+        }
+    }
+}
+
+async fn upload(c: &mut Clients, header: proto::UploadHeader, path: &std::path::Path) -> anyhow::Result<proto::Payload> {
+    let mut file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let size = file.metadata()?.len();
+    let (tx, rx) = mpsc::channel(4);
+    tx.send(proto::UploadChunk { chunk: Some(proto::upload_chunk::Chunk::Header(header)) }).await?;
+    let bar = progress(size);
+    let reader_bar = bar.clone();
+    let reader = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+        let mut buf = vec![0u8; UPLOAD_CHUNK];
+        loop {
+            let n = file.read(&mut buf)?;
+            if n == 0 {
+                return Ok(());
+            }
+            reader_bar.inc(n as u64);
+            let chunk = proto::UploadChunk { chunk: Some(proto::upload_chunk::Chunk::Data(buf[..n].to_vec())) };
+            if tx.blocking_send(chunk).is_err() {
+                return Ok(()); // the call ended; its status says why
+            }
+        }
+    });
+    let result = c.payloads.upload(ReceiverStream::new(rx)).await;
+    bar.finish_and_clear();
+    reader.await??;
+    Ok(result?.into_inner())
+}
+
+fn progress(total: u64) -> ProgressBar {
+    if !std::io::stderr().is_terminal() || total < (8 << 20) {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar
+}
+
+/// Parses `A:B` or `A:` (B = 0).
+fn split_range(s: &str, flag: &str) -> anyhow::Result<(u64, u64)> {
+    let (a, b) = s.split_once(':').with_context(|| format!("{flag} takes A:B, got {s:?}"))?;
+    let a = a.trim().parse().with_context(|| format!("{flag}: {a:?} is not a number"))?;
+    let b = if b.trim().is_empty() { 0 } else { b.trim().parse().with_context(|| format!("{flag}: {b:?} is not a number"))? };
+    Ok((a, b))
+}

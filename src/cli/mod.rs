@@ -1,0 +1,167 @@
+//! The `spillway` command line: `serve`, and client subcommands for every
+//! RPC. Human-readable output by default, the proto3 JSON mapping with
+//! `--json`. Errors print the status code and message and exit nonzero.
+
+mod client;
+mod commands;
+mod output;
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+pub use client::{ClientSettings, connect};
+pub use commands::run_client;
+
+/// The parsed command line.
+#[derive(Debug, Parser)]
+#[command(name = "spillway", version, about = "Offload, store and inspect oversized AI tool results")]
+pub struct Cli {
+    /// Server address, `host:port` or `http://host:port`.
+    #[arg(long, global = true, env = "SPILLWAY_ADDR")]
+    pub addr: Option<String>,
+    /// Bearer token. Without one, the dev token of a local dev server is used.
+    #[arg(long, global = true, env = "SPILLWAY_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Print the reply as proto3 JSON.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the server.
+    Serve(ServeArgs),
+    /// Manage sessions.
+    #[command(subcommand)]
+    Session(SessionCommand),
+    /// Upload a file as a payload.
+    Upload {
+        /// Target session.
+        #[arg(long)]
+        session: String,
+        /// The file.
+        file: PathBuf,
+        /// Name to store it under (default: the file's name).
+        #[arg(long)]
+        name: Option<String>,
+        /// Content type, e.g. application/json.
+        #[arg(long)]
+        content_type: Option<String>,
+        /// Tool that produced it.
+        #[arg(long, default_value = "")]
+        tool_name: String,
+        /// Tool call that produced it.
+        #[arg(long, default_value = "")]
+        tool_call_id: String,
+        /// Hex SHA-256 the server must find, or store nothing.
+        #[arg(long)]
+        sha256: Option<String>,
+    },
+    /// Show a payload's metadata.
+    Stat {
+        /// Payload ID.
+        payload: String,
+    },
+    /// List a session's payloads.
+    Ls {
+        /// Session ID.
+        #[arg(long)]
+        session: String,
+    },
+    /// Read part of a payload.
+    Read {
+        /// Payload ID.
+        payload: String,
+        /// Line range `A:B` (1-based, inclusive; `A:` to the end).
+        #[arg(long, conflicts_with = "bytes")]
+        lines: Option<String>,
+        /// Byte range `OFFSET:LEN` (`OFFSET:` up to the limit).
+        #[arg(long)]
+        bytes: Option<String>,
+        /// Most bytes to return (server default 64 KiB, ceiling 4 MiB).
+        #[arg(long, default_value_t = 0)]
+        max_bytes: u64,
+    },
+    /// Download a whole payload.
+    Download {
+        /// Payload ID.
+        payload: String,
+        /// Output file (default: stdout).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
+    /// Delete a payload.
+    Rm {
+        /// Payload ID.
+        payload: String,
+        /// Why, for the receipt.
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+}
+
+/// `spillway serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// TOML config file.
+    #[arg(long, env = "SPILLWAY_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Listen address (overrides the file and env).
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// Data directory (overrides the file and env).
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Metadata engine, redb or sled (overrides the file and env).
+    #[arg(long, value_parser = ["redb", "sled"])]
+    pub engine: Option<String>,
+}
+
+/// `spillway session …`.
+#[derive(Debug, Subcommand)]
+pub enum SessionCommand {
+    /// Create a session.
+    Create {
+        /// Label.
+        #[arg(long, default_value = "")]
+        label: String,
+        /// Labels as `key=value`.
+        #[arg(long = "labels", value_name = "KEY=VALUE")]
+        labels: Vec<String>,
+        /// Principals to share the session with.
+        #[arg(long = "share-with")]
+        share_with: Vec<String>,
+        /// Parent session of a sub-agent session.
+        #[arg(long)]
+        parent: Option<String>,
+    },
+    /// Show a session.
+    Get {
+        /// Session ID.
+        session: String,
+    },
+    /// List sessions.
+    Ls {
+        /// Only sessions in this state.
+        #[arg(long, value_parser = ["open", "closed"])]
+        state: Option<String>,
+    },
+    /// Close a session (read-only from then on).
+    Close {
+        /// Session ID.
+        session: String,
+    },
+    /// Delete a session and everything in it.
+    Rm {
+        /// Session ID.
+        session: String,
+        /// Why, for the receipt.
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+}

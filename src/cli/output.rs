@@ -1,0 +1,89 @@
+//! Human-readable renderings of replies, and the `--json` switch.
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use serde::Serialize;
+
+use crate::proto;
+
+/// Prints `msg` as proto3 JSON.
+pub fn json<T: Serialize>(msg: &T) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(msg)?);
+    Ok(())
+}
+
+fn time(ts: Option<&pbjson_types::Timestamp>) -> String {
+    match ts {
+        Some(t) if t.seconds > 0 => {
+            let at = UNIX_EPOCH + Duration::new(t.seconds as u64, t.nanos.max(0) as u32);
+            humantime::format_rfc3339_seconds(at).to_string()
+        }
+        _ => "-".into(),
+    }
+}
+
+fn state(s: i32) -> &'static str {
+    match proto::SessionState::try_from(s) {
+        Ok(proto::SessionState::Open) => "open",
+        Ok(proto::SessionState::Closed) => "closed",
+        Ok(proto::SessionState::Deleted) => "deleted",
+        _ => "unknown",
+    }
+}
+
+/// A session, several lines.
+pub fn session(s: &proto::Session) {
+    println!("{}  ({})", s.id, state(s.state));
+    let label = if s.label.is_empty() { String::new() } else { format!("  label {:?}", s.label) };
+    println!("  tenant {}  owner {}{label}", s.tenant, s.owner);
+    println!("  created {}  expires {}", time(s.created_at.as_ref()), time(s.expires_at.as_ref()));
+    if let Some(u) = &s.usage {
+        println!("  usage {} payloads, {} bytes", u.payloads, u.bytes);
+    }
+    if !s.share_with.is_empty() {
+        println!("  shared with {}", s.share_with.join(", "));
+    }
+}
+
+/// A session, one line.
+pub fn session_line(s: &proto::Session) {
+    let usage = s.usage.clone().unwrap_or_default();
+    println!(
+        "{}  {:<6}  {:>5} payloads  {:>12} bytes  {}",
+        s.id,
+        state(s.state),
+        usage.payloads,
+        usage.bytes,
+        s.label
+    );
+}
+
+/// A payload, several lines.
+pub fn payload(p: &proto::Payload) {
+    println!("{}  {}", p.id, p.name);
+    println!(
+        "  {} bytes  {} lines  ~{} tokens  {}{}",
+        p.size_bytes,
+        p.line_count,
+        p.estimated_tokens,
+        p.content_type,
+        if p.is_error { "  (error result)" } else { "" }
+    );
+    println!("  path {}", p.path);
+    println!("  sha256 {}", p.sha256);
+    println!("  created {}  expires {}", time(p.created_at.as_ref()), time(p.expires_at.as_ref()));
+}
+
+/// A payload, one line.
+pub fn payload_line(p: &proto::Payload) {
+    println!("{}  {:>12} bytes  {:>8} lines  {}", p.id, p.size_bytes, p.line_count, p.name);
+}
+
+/// A deletion receipt.
+pub fn receipt(r: &proto::DeletionReceipt) {
+    println!("deleted {}  receipt {}", r.target_id, r.id);
+    println!("  {} payloads, {} bytes, at {}", r.deleted_payload_ids.len(), r.bytes_deleted, time(r.deleted_at.as_ref()));
+    for (id, sha) in r.deleted_payload_ids.iter().zip(&r.content_sha256) {
+        println!("  {id}  sha256 {sha}");
+    }
+}

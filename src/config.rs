@@ -1,0 +1,507 @@
+//! Server configuration: one typed tree, documented defaults, and a loader
+//! with a fixed precedence.
+//!
+//! Precedence, strongest first: command-line flags, then `SPILLWAY_*`
+//! environment variables, then the TOML file given with `--config`, then the
+//! defaults below. Unknown keys are an error that names the key, wherever
+//! they come from.
+//!
+//! Environment variables map onto keys by upper-casing the key path and
+//! joining sections with a double underscore: `SPILLWAY_LISTEN`,
+//! `SPILLWAY_DATA_DIR`, `SPILLWAY_STORE__ENGINE`,
+//! `SPILLWAY_LIMITS__MAX_PAYLOAD_BYTES`. The client's own variables
+//! (`SPILLWAY_ADDR`, `SPILLWAY_TOKEN`) and `SPILLWAY_CONFIG` are not keys.
+//! The loader takes the environment as an argument, so tests never touch the
+//! process environment.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::auth::Role;
+
+/// The current configuration format version.
+pub const CONFIG_VERSION: u32 = 1;
+
+/// Environment variables that start with `SPILLWAY_` but are not config keys.
+const NON_KEY_ENV: &[&str] = &["SPILLWAY_ADDR", "SPILLWAY_TOKEN", "SPILLWAY_CONFIG"];
+
+/// Everything `spillway serve` can be told.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Format version of this file; only `1` exists.
+    pub version: u32,
+    /// Address the gRPC server listens on.
+    pub listen: SocketAddr,
+    /// Root of all state: the metadata store, the session directories, the
+    /// dev token.
+    pub data_dir: PathBuf,
+    /// Bearer tokens and the principals they stand for.
+    pub auth: AuthConfig,
+    /// The metadata store.
+    pub store: StoreConfig,
+    /// Size and concurrency limits.
+    pub limits: Limits,
+    /// The server-wide default policy for sessions.
+    pub policy: PolicyDefaults,
+    /// How long shutdown waits for in-flight calls before giving up on them.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            version: CONFIG_VERSION,
+            listen: SocketAddr::from(([127, 0, 0, 1], 50051)),
+            data_dir: PathBuf::from("./spillway-data"),
+            auth: AuthConfig::default(),
+            store: StoreConfig::default(),
+            limits: Limits::default(),
+            policy: PolicyDefaults::default(),
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The `[auth]` section.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// `[[auth.tokens]]` entries. When empty, the server runs in dev mode:
+    /// it makes one random admin token, writes it to `<data_dir>/dev-token`,
+    /// and listens on loopback only.
+    pub tokens: Vec<TokenConfig>,
+}
+
+/// One `[[auth.tokens]]` entry.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TokenConfig {
+    /// The token in plain text. Give either this or `token_sha256`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// Hex SHA-256 of the token, so that no secret sits in the file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_sha256: Option<String>,
+    /// The principal's ID, as it appears in sessions and the audit log.
+    pub principal: String,
+    /// The tenant the principal belongs to.
+    pub tenant: String,
+    /// Roles granted to the principal.
+    pub roles: Vec<Role>,
+}
+
+/// Which embedded engine holds the metadata.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineKind {
+    /// redb: ACID commits made durable with `fdatasync` (the default).
+    #[default]
+    Redb,
+    /// sled 0.34: flushed, then its files fsynced before a commit returns.
+    Sled,
+}
+
+impl EngineKind {
+    /// The engine's name as used in config.
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineKind::Redb => "redb",
+            EngineKind::Sled => "sled",
+        }
+    }
+}
+
+/// The `[store]` section.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// `"redb"` (default) or `"sled"`.
+    pub engine: EngineKind,
+}
+
+/// The `[limits]` section. Every bound the server enforces lives here.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Largest payload one Upload may store (default 1 GiB).
+    pub max_payload_bytes: u64,
+    /// Largest single gRPC message the server accepts, unary request or one
+    /// streamed chunk (default 4 MiB). Larger messages get
+    /// `RESOURCE_EXHAUSTED`; bulk bytes belong in Upload chunks.
+    pub max_request_message_bytes: usize,
+    /// Largest single gRPC message the server sends (default 8 MiB).
+    pub max_response_message_bytes: usize,
+    /// Bytes a Read returns when the request names no `max_bytes`
+    /// (default 64 KiB).
+    pub read_default_bytes: u64,
+    /// Ceiling on a Read's `max_bytes` (default 4 MiB); larger asks are
+    /// clamped to it.
+    pub read_max_bytes: u64,
+    /// Size of the chunks Download streams (default 1 MiB).
+    pub download_chunk_bytes: usize,
+    /// Uploads in progress at once, server-wide (default 512). One more gets
+    /// `RESOURCE_EXHAUSTED`.
+    pub max_concurrent_uploads: usize,
+    /// Concurrent streams per HTTP/2 connection (default 256).
+    pub max_concurrent_streams: u32,
+    /// Largest page a List call returns (default 1000).
+    pub max_page_size: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_payload_bytes: 1 << 30,
+            max_request_message_bytes: 4 << 20,
+            max_response_message_bytes: 8 << 20,
+            read_default_bytes: 64 << 10,
+            read_max_bytes: 4 << 20,
+            download_chunk_bytes: 1 << 20,
+            max_concurrent_uploads: 512,
+            max_concurrent_streams: 256,
+            max_page_size: 1000,
+        }
+    }
+}
+
+/// The `[policy]` section: the server default policy.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PolicyDefaults {
+    /// Maximum payload age (default 7 days).
+    #[serde(with = "humantime_serde")]
+    pub retention: Duration,
+    /// Maximum session age (default 7 days).
+    #[serde(with = "humantime_serde")]
+    pub session_ttl: Duration,
+    /// Whether raw bytes may be downloaded (default true).
+    pub allow_download: bool,
+}
+
+impl Default for PolicyDefaults {
+    fn default() -> Self {
+        Self {
+            retention: Duration::from_secs(7 * 24 * 3600),
+            session_ttl: Duration::from_secs(7 * 24 * 3600),
+            allow_download: true,
+        }
+    }
+}
+
+/// What the command line said; `None` leaves the decision to lower layers.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    /// `--listen`.
+    pub listen: Option<String>,
+    /// `--data-dir`.
+    pub data_dir: Option<PathBuf>,
+    /// `--engine`.
+    pub engine: Option<EngineKind>,
+}
+
+/// Why a configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML.
+    #[error("config file {path} is not valid TOML: {message}")]
+    Syntax {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message.
+        message: String,
+    },
+    /// An environment variable does not name a config key.
+    #[error("environment variable {var} does not name a config key: {message}")]
+    Env {
+        /// The variable.
+        var: String,
+        /// Why.
+        message: String,
+    },
+    /// The merged tree does not fit the schema: an unknown key or a wrong type.
+    #[error("invalid configuration: {0}")]
+    Schema(String),
+    /// The values are individually fine but do not make sense together.
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+impl Config {
+    /// Loads the configuration with the documented precedence.
+    pub fn load(
+        file: Option<&Path>,
+        env: &BTreeMap<String, String>,
+        flags: &Overrides,
+    ) -> Result<Self, ConfigError> {
+        let mut tree = match file {
+            Some(path) => read_file(path)?,
+            None => toml::Table::new(),
+        };
+        apply_env(&mut tree, env)?;
+        if let Some(listen) = &flags.listen {
+            tree.insert("listen".into(), toml::Value::String(listen.clone()));
+        }
+        if let Some(dir) = &flags.data_dir {
+            tree.insert("data_dir".into(), toml::Value::String(dir.display().to_string()));
+        }
+        if let Some(engine) = flags.engine {
+            set_path(&mut tree, &["store", "engine"], toml::Value::String(engine.name().into()));
+        }
+        let config: Config = toml::Value::Table(tree)
+            .try_into()
+            .map_err(|e: toml::de::Error| ConfigError::Schema(e.message().to_owned()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks the rules that span several keys.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.version != CONFIG_VERSION {
+            return Err(ConfigError::Invalid(format!(
+                "version = {} is not supported; this server reads version = {CONFIG_VERSION}",
+                self.version
+            )));
+        }
+        for (i, t) in self.auth.tokens.iter().enumerate() {
+            match (&t.token, &t.token_sha256) {
+                (Some(_), None) => {}
+                (None, Some(h)) if h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()) => {}
+                (None, Some(_)) => {
+                    return Err(ConfigError::Invalid(format!(
+                        "auth.tokens[{i}].token_sha256 must be 64 hex digits"
+                    )));
+                }
+                _ => {
+                    return Err(ConfigError::Invalid(format!(
+                        "auth.tokens[{i}] needs exactly one of token or token_sha256"
+                    )));
+                }
+            }
+            if t.principal.is_empty() || t.tenant.is_empty() {
+                return Err(ConfigError::Invalid(format!(
+                    "auth.tokens[{i}] needs a non-empty principal and tenant"
+                )));
+            }
+            if t.roles.is_empty() {
+                return Err(ConfigError::Invalid(format!("auth.tokens[{i}] grants no roles")));
+            }
+        }
+        let l = &self.limits;
+        let positive = [
+            ("limits.max_payload_bytes", l.max_payload_bytes),
+            ("limits.max_request_message_bytes", l.max_request_message_bytes as u64),
+            ("limits.max_response_message_bytes", l.max_response_message_bytes as u64),
+            ("limits.read_default_bytes", l.read_default_bytes),
+            ("limits.read_max_bytes", l.read_max_bytes),
+            ("limits.download_chunk_bytes", l.download_chunk_bytes as u64),
+            ("limits.max_concurrent_uploads", l.max_concurrent_uploads as u64),
+            ("limits.max_concurrent_streams", u64::from(l.max_concurrent_streams)),
+            ("limits.max_page_size", u64::from(l.max_page_size)),
+        ];
+        if let Some((key, _)) = positive.iter().find(|(_, v)| *v == 0) {
+            return Err(ConfigError::Invalid(format!("{key} must be greater than zero")));
+        }
+        if l.read_default_bytes > l.read_max_bytes {
+            return Err(ConfigError::Invalid(
+                "limits.read_default_bytes must not exceed limits.read_max_bytes".into(),
+            ));
+        }
+        // A Read reply and a Download chunk must fit in one response message,
+        // with room for the other fields.
+        let reply_budget = l.max_response_message_bytes as u64 - 4096;
+        if l.read_max_bytes > reply_budget || l.download_chunk_bytes as u64 > reply_budget {
+            return Err(ConfigError::Invalid(
+                "limits.read_max_bytes and limits.download_chunk_bytes must be at least 4 KiB below limits.max_response_message_bytes".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// True when no tokens are configured and the server makes its own.
+    pub fn dev_mode(&self) -> bool {
+        self.auth.tokens.is_empty()
+    }
+}
+
+fn read_file(path: &Path) -> Result<toml::Table, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    text.parse::<toml::Table>().map_err(|e| ConfigError::Syntax {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+fn apply_env(tree: &mut toml::Table, env: &BTreeMap<String, String>) -> Result<(), ConfigError> {
+    for (var, raw) in env {
+        let Some(rest) = var.strip_prefix("SPILLWAY_") else { continue };
+        if NON_KEY_ENV.contains(&var.as_str()) || rest.is_empty() {
+            continue;
+        }
+        let path: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
+        if path.iter().any(String::is_empty) {
+            return Err(ConfigError::Env {
+                var: var.clone(),
+                message: "empty path segment".into(),
+            });
+        }
+        let refs: Vec<&str> = path.iter().map(String::as_str).collect();
+        set_path(tree, &refs, env_value(raw));
+    }
+    Ok(())
+}
+
+/// Reads an environment value as a TOML scalar when it parses as one
+/// (numbers, booleans), and as a string otherwise.
+fn env_value(raw: &str) -> toml::Value {
+    if let Ok(v) = raw.parse::<i64>() {
+        return toml::Value::Integer(v);
+    }
+    match raw {
+        "true" => toml::Value::Boolean(true),
+        "false" => toml::Value::Boolean(false),
+        _ => toml::Value::String(raw.to_owned()),
+    }
+}
+
+fn set_path(tree: &mut toml::Table, path: &[&str], value: toml::Value) {
+    let Some((last, parents)) = path.split_last() else { return };
+    let mut node = tree;
+    for key in parents {
+        let entry = node
+            .entry((*key).to_owned())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        if !entry.is_table() {
+            *entry = toml::Value::Table(toml::Table::new());
+        }
+        node = entry.as_table_mut().expect("just made a table");
+    }
+    node.insert((*last).to_owned(), value);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &tempfile::TempDir, text: &str) -> PathBuf {
+        let path = dir.path().join("spillway.toml");
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    #[test]
+    fn defaults_apply_when_nothing_is_given() {
+        let c = Config::load(None, &BTreeMap::new(), &Overrides::default()).unwrap();
+        assert_eq!(c, Config::default());
+        assert!(c.dev_mode());
+        assert_eq!(c.store.engine, EngineKind::Redb);
+    }
+
+    #[test]
+    fn flags_beat_env_beat_file_beat_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = write(
+            &dir,
+            r#"
+listen = "127.0.0.1:1111"
+data_dir = "/from/file"
+[store]
+engine = "sled"
+[limits]
+max_payload_bytes = 10
+[[auth.tokens]]
+token = "s3cret"
+principal = "agent-a"
+tenant = "acme"
+roles = ["agent"]
+"#,
+        );
+        let env = BTreeMap::from([
+            ("SPILLWAY_DATA_DIR".to_string(), "/from/env".to_string()),
+            ("SPILLWAY_LISTEN".to_string(), "127.0.0.1:2222".to_string()),
+            ("SPILLWAY_ADDR".to_string(), "ignored:1".to_string()),
+        ]);
+        let flags = Overrides {
+            listen: Some("127.0.0.1:3333".into()),
+            ..Default::default()
+        };
+        let c = Config::load(Some(&file), &env, &flags).unwrap();
+        assert_eq!(c.listen.port(), 3333);
+        assert_eq!(c.data_dir, PathBuf::from("/from/env"));
+        assert_eq!(c.store.engine, EngineKind::Sled);
+        assert_eq!(c.limits.max_payload_bytes, 10);
+        assert_eq!(c.limits.read_max_bytes, Limits::default().read_max_bytes);
+        assert_eq!(c.auth.tokens[0].roles, vec![Role::Agent]);
+    }
+
+    #[test]
+    fn unknown_key_in_file_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = write(&dir, "[store]\nengnie = \"redb\"\n");
+        let err = Config::load(Some(&file), &BTreeMap::new(), &Overrides::default()).unwrap_err();
+        assert!(err.to_string().contains("engnie"), "{err}");
+    }
+
+    #[test]
+    fn unknown_env_key_is_an_error_naming_it() {
+        let env = BTreeMap::from([("SPILLWAY_LIMITS__MAX_BANANAS".to_string(), "3".to_string())]);
+        let err = Config::load(None, &env, &Overrides::default()).unwrap_err();
+        assert!(err.to_string().contains("max_bananas"), "{err}");
+    }
+
+    #[test]
+    fn env_reaches_nested_keys_with_typed_values() {
+        let env = BTreeMap::from([
+            ("SPILLWAY_STORE__ENGINE".to_string(), "sled".to_string()),
+            ("SPILLWAY_LIMITS__MAX_PAYLOAD_BYTES".to_string(), "4096".to_string()),
+        ]);
+        let c = Config::load(None, &env, &Overrides::default()).unwrap();
+        assert_eq!(c.store.engine, EngineKind::Sled);
+        assert_eq!(c.limits.max_payload_bytes, 4096);
+    }
+
+    #[test]
+    fn token_entries_need_exactly_one_secret_form() {
+        let dir = tempfile::tempdir().unwrap();
+        let both = write(
+            &dir,
+            "[[auth.tokens]]\ntoken = \"a\"\ntoken_sha256 = \"00\"\nprincipal = \"p\"\ntenant = \"t\"\nroles = [\"agent\"]\n",
+        );
+        let err = Config::load(Some(&both), &BTreeMap::new(), &Overrides::default()).unwrap_err();
+        assert!(err.to_string().contains("exactly one"), "{err}");
+    }
+
+    #[test]
+    fn unknown_role_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = write(
+            &dir,
+            "[[auth.tokens]]\ntoken = \"a\"\nprincipal = \"p\"\ntenant = \"t\"\nroles = [\"root\"]\n",
+        );
+        let err = Config::load(Some(&file), &BTreeMap::new(), &Overrides::default()).unwrap_err();
+        assert!(err.to_string().contains("root"), "{err}");
+    }
+
+    #[test]
+    fn zero_limits_are_refused_by_name() {
+        let env = BTreeMap::from([("SPILLWAY_LIMITS__READ_MAX_BYTES".to_string(), "0".to_string())]);
+        let err = Config::load(None, &env, &Overrides::default()).unwrap_err();
+        assert!(err.to_string().contains("limits.read_max_bytes"), "{err}");
+    }
+}

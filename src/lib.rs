@@ -1,0 +1,42 @@
+//! Spillway: a gRPC service that takes oversized tool results off an AI
+//! agent's hands, stores them durably in per-session sandboxes, and lets the
+//! agent reach into them step by step.
+//!
+//! # Layout
+//!
+//! - [`config`]: the configuration tree, its defaults and its loader.
+//! - [`telemetry`]: `tracing` setup.
+//! - [`shutdown`]: the shutdown signal shared by the server's tasks.
+//! - [`server`]: builds the tonic server, health and reflection, and runs it.
+//! - [`error`]: every layer's error mapped to a `tonic::Status`, in one place.
+//! - [`ids`]: typed, unguessable IDs (`ses_`, `pl_`, `rcpt_`).
+//! - [`clock`]: the time source, replaceable in tests.
+//! - [`auth`]: bearer tokens to principals, and the access table.
+//! - [`store`]: metadata trees over one engine interface (redb, sled) and
+//!   the cap-std payload directories; crash-safe writes, reconciliation,
+//!   ranged reads.
+//! - [`api`]: the tonic services; the only code that sees prost types.
+//! - [`cli`]: the client subcommands of the `spillway` binary.
+//! - [`proto`]: the generated `spillway.v1` types.
+
+pub mod api;
+pub mod auth;
+pub mod cli;
+pub mod clock;
+pub mod config;
+pub mod error;
+pub mod ids;
+pub mod server;
+pub mod shutdown;
+pub mod store;
+pub mod telemetry;
+
+/// The generated `spillway.v1` messages, services and JSON mappings.
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod proto {
+    include!(concat!(env!("OUT_DIR"), "/spillway.v1.rs"));
+    include!(concat!(env!("OUT_DIR"), "/spillway.v1.serde.rs"));
+
+    /// The encoded descriptor set of every served proto, for reflection.
+    pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/spillway_descriptor.bin"));
+}

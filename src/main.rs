@@ -1,0 +1,48 @@
+//! The `spillway` binary: parses flags, then either serves or runs a client
+//! subcommand.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+
+use clap::Parser;
+use spillway::cli::{Cli, Command};
+use spillway::config::{Config, EngineKind, Overrides};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = match cli.command {
+        Command::Serve(args) => runtime.block_on(serve(args)),
+        _ => runtime.block_on(spillway::cli::run_client(cli)),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            match e.downcast_ref::<tonic::Status>() {
+                Some(s) => eprintln!("error: {:?}: {}", s.code(), s.message()),
+                None => eprintln!("error: {e:#}"),
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(args: spillway::cli::ServeArgs) -> anyhow::Result<()> {
+    spillway::telemetry::init();
+    let env: BTreeMap<String, String> = std::env::vars().collect();
+    let flags = Overrides {
+        listen: args.listen,
+        data_dir: args.data_dir,
+        engine: args.engine.map(|e| if e == "sled" { EngineKind::Sled } else { EngineKind::Redb }),
+    };
+    let config = Config::load(args.config.as_deref(), &env, &flags)?;
+    let listener = tokio::net::TcpListener::bind(config.listen).await?;
+    spillway::server::run(config, listener, spillway::shutdown::signal()).await?;
+    Ok(())
+}

@@ -1,0 +1,154 @@
+//! Builds and runs the gRPC server: Sessions and Payloads behind the
+//! authenticating interceptor, plus `grpc.health.v1` and reflection v1.
+//!
+//! Shutdown: when the shutdown future resolves, health turns NOT_SERVING,
+//! the listener closes, in-flight calls get `shutdown_grace` to finish, and
+//! the store is flushed.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::service::interceptor::InterceptedService;
+
+use crate::api::{AppState, Authenticator, payloads::PayloadsService, sessions::SessionsService};
+use crate::auth::TokenTable;
+use crate::clock::{Clock, SystemClock};
+use crate::config::Config;
+use crate::error::map_decode_status;
+use crate::proto::{payloads_server::PayloadsServer, sessions_server::SessionsServer};
+use crate::store::{Store, StoreError, StoreSettings};
+
+/// Why the server could not start or stop cleanly.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// Dev mode refuses non-loopback addresses.
+    #[error(
+        "no [[auth.tokens]] are configured, so the server runs in dev mode with a generated token, and dev mode listens on loopback only; {0} is not loopback. Configure tokens, or listen on 127.0.0.1"
+    )]
+    DevModeNotLoopback(SocketAddr),
+    /// The data directory or dev token could not be written.
+    #[error("cannot prepare the data directory: {0}")]
+    DataDir(#[source] std::io::Error),
+    /// The store could not be opened.
+    #[error("cannot open the store: {0}")]
+    Store(#[from] StoreError),
+    /// Reflection could not be built.
+    #[error("cannot build reflection: {0}")]
+    Reflection(String),
+    /// The transport failed.
+    #[error("transport: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    /// A startup task panicked.
+    #[error("startup task failed: {0}")]
+    Join(#[from] tokio::task::JoinError),
+}
+
+/// Runs the server on `listener` until `shutdown` resolves.
+pub async fn run(config: Config, listener: TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), ServerError> {
+    run_with_clock(config, listener, Arc::new(SystemClock), shutdown).await
+}
+
+/// [`run`] with an explicit clock (tests move time by hand).
+pub async fn run_with_clock(
+    config: Config,
+    listener: TcpListener,
+    clock: Arc<dyn Clock>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    let local = listener.local_addr().map_err(ServerError::DataDir)?;
+    std::fs::create_dir_all(&config.data_dir).map_err(ServerError::DataDir)?;
+    let tokens = if config.dev_mode() {
+        if !local.ip().is_loopback() {
+            return Err(ServerError::DevModeNotLoopback(local));
+        }
+        let (table, dev) = TokenTable::with_dev_token(&config.data_dir).map_err(ServerError::DataDir)?;
+        tracing::warn!(
+            token_file = %dev.path.display(),
+            "dev mode: no tokens configured; generated an admin token for tenant \"dev\" (the CLI finds it by itself)"
+        );
+        table
+    } else {
+        TokenTable::from_config(&config.auth.tokens)
+    };
+
+    let settings = StoreSettings {
+        engine: config.store.engine,
+        max_payload_bytes: config.limits.max_payload_bytes,
+        retention: config.policy.retention,
+        session_ttl: config.policy.session_ttl,
+    };
+    let data_dir = config.data_dir.clone();
+    let (store, report) = tokio::task::spawn_blocking(move || Store::open(&data_dir, settings, clock)).await??;
+    let store = Arc::new(store);
+    tracing::info!(engine = store.engine_name(), repaired = !report.is_clean(), "store open");
+
+    let config = Arc::new(config);
+    let state = AppState::new(store.clone(), config.clone());
+    let auth = Authenticator::new(Arc::new(tokens));
+    let limits = &config.limits;
+
+    let sessions = SessionsServer::new(SessionsService::new(state.clone()))
+        .max_decoding_message_size(limits.max_request_message_bytes)
+        .max_encoding_message_size(limits.max_response_message_bytes);
+    let payloads = PayloadsServer::new(PayloadsService::new(state.clone()))
+        .max_decoding_message_size(limits.max_request_message_bytes)
+        .max_encoding_message_size(limits.max_response_message_bytes);
+
+    let (health_reporter, health) = tonic_health::server::health_reporter();
+    health_reporter.set_serving::<SessionsServer<SessionsService>>().await;
+    health_reporter.set_serving::<PayloadsServer<PayloadsService>>().await;
+    health_reporter.set_service_status("", tonic_health::ServingStatus::Serving).await;
+
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .map_err(|e| ServerError::Reflection(e.to_string()))?;
+
+    let request_limit = limits.max_request_message_bytes;
+    let oversize = tower::util::MapResponseLayer::new(move |mut resp: http::Response<tonic::body::Body>| {
+        if let Some(status) = tonic::Status::from_header_map(resp.headers()) {
+            let mapped = map_decode_status(status.clone(), request_limit);
+            if mapped.code() != status.code() {
+                let _ = mapped.add_header(resp.headers_mut());
+            }
+        }
+        resp
+    });
+
+    let (drain_tx, drain_rx) = tokio::sync::oneshot::channel::<()>();
+    let reporter = health_reporter.clone();
+    let signal = async move {
+        shutdown.await;
+        reporter.set_service_status("", tonic_health::ServingStatus::NotServing).await;
+        reporter.set_not_serving::<SessionsServer<SessionsService>>().await;
+        reporter.set_not_serving::<PayloadsServer<PayloadsService>>().await;
+        let _ = drain_tx.send(());
+    };
+
+    tracing::info!(addr = %local, "listening");
+    let serve = tonic::transport::Server::builder()
+        .max_concurrent_streams(limits.max_concurrent_streams)
+        .http2_keepalive_interval(Some(std::time::Duration::from_secs(30)))
+        .layer(oversize)
+        .add_service(health)
+        .add_service(InterceptedService::new(reflection, auth.clone()))
+        .add_service(InterceptedService::new(sessions, auth.clone()))
+        .add_service(InterceptedService::new(payloads, auth))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal);
+    tokio::pin!(serve);
+
+    let grace = config.shutdown_grace;
+    tokio::select! {
+        r = &mut serve => r?,
+        _ = async { if drain_rx.await.is_ok() { tokio::time::sleep(grace).await } else { std::future::pending().await } } => {
+            tracing::warn!(grace_secs = grace.as_secs(), "in-flight calls did not finish within the shutdown grace; stopping anyway");
+        }
+    }
+    tokio::task::spawn_blocking(move || store.flush()).await??;
+    tracing::info!("stopped; storage flushed");
+    Ok(())
+}

@@ -1,0 +1,192 @@
+//! Payload bytes on disk: one directory per session under
+//! `<data_dir>/sessions/`, reached only through `cap_std::fs::Dir` handles.
+//! The ambient file system is touched in exactly one place,
+//! [`BlobStore::open`]; everything after goes through capabilities, so a
+//! name can never walk out of its session directory.
+//!
+//! Writes are crash-safe: bytes stream into a temporary file in the session
+//! directory, which is fsynced, renamed into place, and followed by an fsync
+//! of the directory.
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use cap_std::ambient_authority;
+use cap_std::fs::{Dir, File, OpenOptions};
+
+use crate::ids::SessionId;
+
+/// Prefix of temporary upload files; reconciliation removes any it finds.
+pub const TEMP_PREFIX: &str = ".upload-";
+/// Open session directories kept cached.
+const DIR_CACHE: usize = 1024;
+
+/// The session directories.
+#[derive(Debug)]
+pub struct BlobStore {
+    root: Dir,
+    cache: Mutex<HashMap<SessionId, Arc<Dir>>>,
+}
+
+impl BlobStore {
+    /// Opens (creating if needed) `<data_dir>/sessions`.
+    pub fn open(data_dir: &Path) -> io::Result<Self> {
+        let path = data_dir.join("sessions");
+        std::fs::create_dir_all(&path)?;
+        let root = Dir::open_ambient_dir(&path, ambient_authority())?;
+        Ok(Self {
+            root,
+            cache: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Creates a session's directory, durably.
+    pub fn create_session_dir(&self, id: &SessionId) -> io::Result<()> {
+        match self.root.create_dir(id.as_str()) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+        fsync_dir(&self.root)
+    }
+
+    /// The session's directory handle.
+    pub fn session_dir(&self, id: &SessionId) -> io::Result<Arc<Dir>> {
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(d) = cache.get(id) {
+            return Ok(d.clone());
+        }
+        let dir = Arc::new(self.root.open_dir(id.as_str())?);
+        if cache.len() >= DIR_CACHE {
+            cache.clear();
+        }
+        cache.insert(id.clone(), dir.clone());
+        Ok(dir)
+    }
+
+    /// Removes a session's directory and everything in it.
+    pub fn remove_session_dir(&self, id: &SessionId) -> io::Result<()> {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
+        self.remove_dir_named(id.as_str())
+    }
+
+    /// Removes a directory directly under the root by name (reconciliation).
+    pub fn remove_dir_named(&self, name: &str) -> io::Result<()> {
+        match self.root.remove_dir_all(name) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        fsync_dir(&self.root)
+    }
+
+    /// Names of the entries directly under the root.
+    pub fn list_session_dirs(&self) -> io::Result<Vec<String>> {
+        list_names(&self.root)
+    }
+}
+
+/// Names of the entries of a directory (non-UTF-8 names are shown lossily).
+pub fn list_names(dir: &Dir) -> io::Result<Vec<String>> {
+    let mut names = Vec::new();
+    for entry in dir.entries()? {
+        names.push(entry?.file_name().to_string_lossy().into_owned());
+    }
+    Ok(names)
+}
+
+/// Makes a directory's entries (creations, renames, removals) durable.
+pub fn fsync_dir(dir: &Dir) -> io::Result<()> {
+    // Directory handles are O_PATH, which cannot be fsynced; open the
+    // directory itself for reading, through the same capability.
+    dir.open(".")?.sync_all()
+}
+
+/// A temporary file being written. Dropped unfinished, it removes itself.
+#[derive(Debug)]
+pub struct TempFile {
+    dir: Arc<Dir>,
+    name: String,
+    file: Option<File>,
+}
+
+impl TempFile {
+    /// Creates a fresh temporary file in `dir`.
+    pub fn create(dir: Arc<Dir>) -> io::Result<Self> {
+        let mut raw = [0u8; 16];
+        getrandom::fill(&mut raw).map_err(io::Error::other)?;
+        let name = format!("{TEMP_PREFIX}{}.tmp", hex::encode(raw));
+        let file = dir.open_with(&name, OpenOptions::new().write(true).create_new(true))?;
+        Ok(Self {
+            dir,
+            name,
+            file: Some(file),
+        })
+    }
+
+    /// Appends bytes.
+    pub fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.file.as_mut().expect("open until persisted").write_all(bytes)
+    }
+
+    /// Flushes the bytes to disk; call before [`TempFile::persist`].
+    pub fn sync(&mut self) -> io::Result<()> {
+        self.file.as_mut().expect("open until persisted").sync_all()
+    }
+
+    /// Renames the file to `final_name` and makes the rename durable.
+    pub fn persist(mut self, final_name: &str) -> io::Result<()> {
+        drop(self.file.take());
+        self.dir.rename(&self.name, &self.dir, final_name)?;
+        self.name.clear();
+        fsync_dir(&self.dir)
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if !self.name.is_empty() {
+            drop(self.file.take());
+            if let Err(e) = self.dir.remove_file(&self.name) {
+                tracing::warn!(error = %e, "could not remove an abandoned upload file; startup reconciliation will");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temp_file_vanishes_unless_persisted() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = BlobStore::open(tmp.path()).unwrap();
+        let id = SessionId::generate();
+        store.create_session_dir(&id).unwrap();
+        let dir = store.session_dir(&id).unwrap();
+        let mut t = TempFile::create(dir.clone()).unwrap();
+        t.write_all(b"abandoned").unwrap();
+        drop(t);
+        assert!(list_names(&dir).unwrap().is_empty());
+        let mut t = TempFile::create(dir.clone()).unwrap();
+        t.write_all(b"kept").unwrap();
+        t.sync().unwrap();
+        t.persist("kept.txt").unwrap();
+        assert_eq!(list_names(&dir).unwrap(), vec!["kept.txt".to_string()]);
+        assert_eq!(dir.read("kept.txt").unwrap(), b"kept");
+    }
+
+    #[test]
+    fn session_dirs_refuse_escaping_names() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = BlobStore::open(tmp.path()).unwrap();
+        let id = SessionId::generate();
+        store.create_session_dir(&id).unwrap();
+        let dir = store.session_dir(&id).unwrap();
+        assert!(dir.open("../../etc/passwd").is_err());
+        assert!(dir.open("/etc/passwd").is_err());
+    }
+}

@@ -1,0 +1,187 @@
+//! One streaming pass over payload bytes as they are written: SHA-256, size,
+//! line count, char count, UTF-8 validity, and the sparse line index.
+
+use sha2::{Digest, Sha256};
+
+use super::lines::LineIndexBuilder;
+
+/// What one pass learned about the content.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContentFacts {
+    /// Hex SHA-256.
+    pub sha256: String,
+    /// Bytes.
+    pub size: u64,
+    /// Newlines, plus one when the content does not end with one; 0 when empty.
+    pub line_count: u64,
+    /// Unicode scalar values when UTF-8, bytes otherwise.
+    pub chars: u64,
+    /// Whether the content is valid UTF-8.
+    pub utf8: bool,
+    /// The first bytes, for type sniffing.
+    pub head: Vec<u8>,
+    /// The sparse line index, encoded.
+    pub line_index: Vec<u8>,
+}
+
+/// Bytes kept from the start of the content for sniffing.
+const HEAD_BYTES: usize = 512;
+
+/// Accumulates [`ContentFacts`] chunk by chunk.
+#[derive(Debug, Default)]
+pub struct ContentScanner {
+    hasher: Sha256,
+    size: u64,
+    newlines: u64,
+    chars: u64,
+    last_byte: Option<u8>,
+    /// `None` once the content is known not to be UTF-8.
+    utf8: Option<Utf8Stream>,
+    head: Vec<u8>,
+    index: LineIndexBuilder,
+}
+
+impl ContentScanner {
+    /// A scanner at offset 0.
+    pub fn new() -> Self {
+        Self {
+            utf8: Some(Utf8Stream::default()),
+            ..Default::default()
+        }
+    }
+
+    /// Bytes seen so far.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Takes the next chunk.
+    pub fn update(&mut self, chunk: &[u8]) {
+        if chunk.is_empty() {
+            return;
+        }
+        self.hasher.update(chunk);
+        self.newlines += memchr::memchr_iter(b'\n', chunk).count() as u64;
+        // Every byte that is not a UTF-8 continuation byte starts a char.
+        self.chars += chunk.iter().filter(|&&b| (b as i8) >= -0x40).count() as u64;
+        if self.head.len() < HEAD_BYTES {
+            let take = (HEAD_BYTES - self.head.len()).min(chunk.len());
+            self.head.extend_from_slice(&chunk[..take]);
+        }
+        if let Some(state) = &mut self.utf8
+            && !state.feed(chunk)
+        {
+            self.utf8 = None;
+        }
+        self.index.update(self.size, chunk);
+        self.size += chunk.len() as u64;
+        self.last_byte = chunk.last().copied();
+    }
+
+    /// Finishes the pass.
+    pub fn finish(self) -> ContentFacts {
+        let utf8 = self.utf8.is_some_and(|s| s.is_complete());
+        let line_count = match self.last_byte {
+            None => 0,
+            Some(b'\n') => self.newlines,
+            Some(_) => self.newlines + 1,
+        };
+        ContentFacts {
+            sha256: hex::encode(self.hasher.finalize()),
+            size: self.size,
+            line_count,
+            chars: if utf8 { self.chars } else { self.size },
+            utf8,
+            head: self.head,
+            line_index: self.index.finish(),
+        }
+    }
+}
+
+/// Incremental UTF-8 validation across chunk boundaries.
+#[derive(Debug, Default)]
+struct Utf8Stream {
+    /// Bytes of a character split by the last chunk boundary.
+    pending: Vec<u8>,
+}
+
+impl Utf8Stream {
+    /// Validates the next chunk; false once invalid.
+    fn feed(&mut self, mut chunk: &[u8]) -> bool {
+        // Complete a character split by the previous boundary, one byte at a time.
+        while !self.pending.is_empty() {
+            let Some((&b, rest)) = chunk.split_first() else { return true };
+            self.pending.push(b);
+            chunk = rest;
+            match std::str::from_utf8(&self.pending) {
+                Ok(_) => self.pending.clear(),
+                Err(e) if e.error_len().is_some() => return false,
+                Err(_) if self.pending.len() >= 4 => return false,
+                Err(_) => {}
+            }
+        }
+        match std::str::from_utf8(chunk) {
+            Ok(_) => true,
+            Err(e) if e.error_len().is_some() => false,
+            Err(e) => {
+                self.pending.extend_from_slice(&chunk[e.valid_up_to()..]);
+                true
+            }
+        }
+    }
+
+    fn is_complete(&self) -> bool {
+        self.pending.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scan_in_chunks(data: &[u8], chunk: usize) -> ContentFacts {
+        let mut s = ContentScanner::new();
+        for c in data.chunks(chunk.max(1)) {
+            s.update(c);
+        }
+        s.finish()
+    }
+
+    #[test]
+    fn counts_lines_as_the_contract_defines() {
+        assert_eq!(scan_in_chunks(b"", 3).line_count, 0);
+        assert_eq!(scan_in_chunks(b"a", 3).line_count, 1);
+        assert_eq!(scan_in_chunks(b"a\n", 3).line_count, 1);
+        assert_eq!(scan_in_chunks(b"a\nb", 3).line_count, 2);
+        assert_eq!(scan_in_chunks(b"\n\n", 3).line_count, 2);
+    }
+
+    #[test]
+    fn multibyte_text_split_at_every_boundary_is_valid_utf8_with_right_char_count() {
+        let text = "héllo 🌍 世界\n".repeat(5);
+        for chunk in 1..12 {
+            let f = scan_in_chunks(text.as_bytes(), chunk);
+            assert!(f.utf8, "chunk size {chunk}");
+            assert_eq!(f.chars, text.chars().count() as u64);
+        }
+    }
+
+    #[test]
+    fn invalid_or_truncated_utf8_is_detected_and_counted_as_bytes() {
+        let mut bad = "ok ".as_bytes().to_vec();
+        bad.push(0xff);
+        let f = scan_in_chunks(&bad, 2);
+        assert!(!f.utf8);
+        assert_eq!(f.chars, 4);
+        let truncated = &"🌍".as_bytes()[..3];
+        assert!(!scan_in_chunks(truncated, 1).utf8);
+    }
+
+    #[test]
+    fn hash_matches_a_one_shot_digest() {
+        let data = vec![7u8; 100_000];
+        let f = scan_in_chunks(&data, 4096);
+        assert_eq!(f.sha256, hex::encode(Sha256::digest(&data)));
+        assert_eq!(f.head.len(), HEAD_BYTES);
+    }
+}

@@ -1,0 +1,277 @@
+//! The storage-engine interface: named trees of byte keys and values, with
+//! point reads, ordered range scans, and atomic, durable batches that span
+//! trees. Two implementations sit behind it ([`super::redb_engine`] and
+//! [`super::sled_engine`]); everything above this file is engine-agnostic.
+
+use std::ops::Bound;
+
+/// The named trees. Their on-disk names carry the key-encoding version, so a
+/// future encoding lives in new trees beside the old ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Tree {
+    /// Store-wide facts such as the schema version.
+    Meta,
+    /// `session_id` → session record.
+    Sessions,
+    /// `tenant \0 created_ms(be) session_id` → empty; lists a tenant's sessions in creation order.
+    TenantSessions,
+    /// `payload_id` → payload record.
+    Payloads,
+    /// `session_id created_ms(be) payload_id` → empty; lists a session's payloads in creation order.
+    SessionPayloads,
+    /// `session_id name` → payload id; keeps names unique within a session.
+    PayloadNames,
+    /// `payload_id` → sparse line index.
+    LineIndex,
+    /// `expires_ms(be) kind id` → empty; what expires next, for the reaper.
+    Expiry,
+    /// `receipt_id` → deletion receipt.
+    Receipts,
+}
+
+impl Tree {
+    /// Every tree, in a fixed order.
+    pub const ALL: [Tree; 9] = [
+        Tree::Meta,
+        Tree::Sessions,
+        Tree::TenantSessions,
+        Tree::Payloads,
+        Tree::SessionPayloads,
+        Tree::PayloadNames,
+        Tree::LineIndex,
+        Tree::Expiry,
+        Tree::Receipts,
+    ];
+
+    /// The tree's name inside the engine.
+    pub fn name(self) -> &'static str {
+        match self {
+            Tree::Meta => "meta",
+            Tree::Sessions => "sessions.v1",
+            Tree::TenantSessions => "tenant_sessions.v1",
+            Tree::Payloads => "payloads.v1",
+            Tree::SessionPayloads => "session_payloads.v1",
+            Tree::PayloadNames => "payload_names.v1",
+            Tree::LineIndex => "line_index.v1",
+            Tree::Expiry => "expiry.v1",
+            Tree::Receipts => "receipts.v1",
+        }
+    }
+
+    /// Position in [`Tree::ALL`].
+    pub fn index(self) -> usize {
+        Tree::ALL.iter().position(|t| *t == self).expect("listed in ALL")
+    }
+}
+
+/// One write in a batch: a put, or a delete when `value` is `None`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Op {
+    /// Target tree.
+    pub tree: Tree,
+    /// Key.
+    pub key: Vec<u8>,
+    /// New value, or `None` to delete.
+    pub value: Option<Vec<u8>>,
+}
+
+/// Writes that commit together or not at all.
+#[derive(Debug, Clone, Default)]
+pub struct Batch {
+    ops: Vec<Op>,
+}
+
+impl Batch {
+    /// An empty batch.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a put.
+    pub fn put(&mut self, tree: Tree, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> &mut Self {
+        self.ops.push(Op {
+            tree,
+            key: key.into(),
+            value: Some(value.into()),
+        });
+        self
+    }
+
+    /// Adds a delete.
+    pub fn delete(&mut self, tree: Tree, key: impl Into<Vec<u8>>) -> &mut Self {
+        self.ops.push(Op {
+            tree,
+            key: key.into(),
+            value: None,
+        });
+        self
+    }
+
+    /// The writes, in order; a later write to the same key wins.
+    pub fn ops(&self) -> &[Op] {
+        &self.ops
+    }
+
+    /// True when there is nothing to write.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+}
+
+/// A key-value pair returned by a scan.
+pub type Entry = (Vec<u8>, Vec<u8>);
+
+/// Errors of an engine, with the engine's own message.
+#[derive(Debug, thiserror::Error)]
+#[error("{engine} storage engine: {message}")]
+pub struct EngineError {
+    /// Which engine.
+    pub engine: &'static str,
+    /// What it said.
+    pub message: String,
+}
+
+impl EngineError {
+    pub(crate) fn new(engine: &'static str, e: impl std::fmt::Display) -> Self {
+        Self {
+            engine,
+            message: e.to_string(),
+        }
+    }
+}
+
+/// A metadata engine. Every method blocks; async callers use
+/// `spawn_blocking`.
+pub trait Engine: Send + Sync + 'static {
+    /// The engine's name, as in config.
+    fn name(&self) -> &'static str;
+
+    /// Reads one key.
+    fn get(&self, tree: Tree, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError>;
+
+    /// Up to `limit` entries with keys within the bounds, in key order.
+    fn range(
+        &self,
+        tree: Tree,
+        start: Bound<&[u8]>,
+        end: Bound<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<Entry>, EngineError>;
+
+    /// Applies every write of the batch atomically, and returns only once the
+    /// result is durable on disk.
+    fn commit(&self, batch: &Batch) -> Result<(), EngineError>;
+
+    /// Makes everything committed durable and releases what can be released;
+    /// called at shutdown.
+    fn flush(&self) -> Result<(), EngineError>;
+
+    /// Writes one key durably.
+    fn put(&self, tree: Tree, key: &[u8], value: &[u8]) -> Result<(), EngineError> {
+        let mut b = Batch::new();
+        b.put(tree, key, value);
+        self.commit(&b)
+    }
+
+    /// Deletes one key durably.
+    fn delete(&self, tree: Tree, key: &[u8]) -> Result<(), EngineError> {
+        let mut b = Batch::new();
+        b.delete(tree, key);
+        self.commit(&b)
+    }
+
+    /// Up to `limit` entries whose keys start with `prefix` and sort after
+    /// `after` (when given), in key order.
+    fn scan_prefix(
+        &self,
+        tree: Tree,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<Entry>, EngineError> {
+        let start = match after {
+            Some(a) if a >= prefix => Bound::Excluded(a),
+            _ => Bound::Included(prefix),
+        };
+        let end = prefix_end(prefix);
+        let end = match &end {
+            Some(e) => Bound::Excluded(e.as_slice()),
+            None => Bound::Unbounded,
+        };
+        self.range(tree, start, end, limit)
+    }
+}
+
+/// The smallest key greater than every key starting with `prefix`, or `None`
+/// when no such key exists (the prefix is all 0xff).
+pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < u8::MAX {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+/// A conformance suite every engine must pass; each engine's tests call it.
+#[cfg(test)]
+pub(crate) fn conformance(engine: &dyn Engine) {
+    // Point writes and reads.
+    engine.put(Tree::Sessions, b"a", b"1").unwrap();
+    assert_eq!(engine.get(Tree::Sessions, b"a").unwrap(), Some(b"1".to_vec()));
+    assert_eq!(engine.get(Tree::Payloads, b"a").unwrap(), None, "trees are separate");
+    engine.delete(Tree::Sessions, b"a").unwrap();
+    assert_eq!(engine.get(Tree::Sessions, b"a").unwrap(), None);
+
+    // A batch spans trees, and a later write to a key wins.
+    let mut b = Batch::new();
+    b.put(Tree::Payloads, b"p1", b"x")
+        .put(Tree::SessionPayloads, b"s1/p1", b"")
+        .put(Tree::SessionPayloads, b"s1/p2", b"")
+        .put(Tree::SessionPayloads, b"s2/p3", b"")
+        .put(Tree::Payloads, b"p1", b"y")
+        .delete(Tree::Payloads, b"missing");
+    engine.commit(&b).unwrap();
+    assert_eq!(engine.get(Tree::Payloads, b"p1").unwrap(), Some(b"y".to_vec()));
+
+    // Ranges and prefix scans are ordered, bounded and limited.
+    let keys = |v: Vec<Entry>| v.into_iter().map(|(k, _)| k).collect::<Vec<_>>();
+    let s1 = engine.scan_prefix(Tree::SessionPayloads, b"s1/", None, 10).unwrap();
+    assert_eq!(keys(s1), vec![b"s1/p1".to_vec(), b"s1/p2".to_vec()]);
+    let after = engine.scan_prefix(Tree::SessionPayloads, b"s1/", Some(b"s1/p1"), 10).unwrap();
+    assert_eq!(keys(after), vec![b"s1/p2".to_vec()]);
+    let limited = engine.scan_prefix(Tree::SessionPayloads, b"s", None, 2).unwrap();
+    assert_eq!(limited.len(), 2);
+    let all = engine.range(Tree::SessionPayloads, Bound::Unbounded, Bound::Unbounded, 100).unwrap();
+    assert_eq!(all.len(), 3);
+    let upto = engine
+        .range(Tree::SessionPayloads, Bound::Unbounded, Bound::Excluded(b"s2"), 100)
+        .unwrap();
+    assert_eq!(upto.len(), 2);
+    engine.flush().unwrap();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_end_increments_the_last_byte_that_can_grow() {
+        assert_eq!(prefix_end(b"ab"), Some(b"ac".to_vec()));
+        assert_eq!(prefix_end(&[1, 0xff]), Some(vec![2]));
+        assert_eq!(prefix_end(&[0xff, 0xff]), None);
+    }
+
+    #[test]
+    fn every_tree_has_a_distinct_name_and_index() {
+        let mut names: Vec<_> = Tree::ALL.iter().map(|t| t.name()).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), Tree::ALL.len());
+        for (i, t) in Tree::ALL.iter().enumerate() {
+            assert_eq!(t.index(), i);
+        }
+    }
+}

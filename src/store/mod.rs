@@ -1,0 +1,672 @@
+//! Durable session storage: metadata in typed trees over one
+//! [`engine::Engine`], payload bytes in per-session directories reached
+//! through cap-std ([`blobs`]).
+//!
+//! The write path: bytes stream into a temporary file (scanned on the way
+//! for hash, lines and the line index), the file is fsynced and renamed into
+//! place, the directory is fsynced, the metadata commits durably, and only
+//! then is the write acknowledged. A crash anywhere before the commit leaves
+//! at most a temporary or orphaned file, which [`reconcile`] removes at the
+//! next start.
+//!
+//! Every method blocks; the API layer calls them from `spawn_blocking`.
+
+pub mod blobs;
+pub mod content;
+pub mod engine;
+pub mod lines;
+pub mod names;
+pub mod read;
+pub mod reconcile;
+pub mod records;
+pub mod redb_engine;
+pub mod sled_engine;
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use cap_std::fs::File;
+
+use crate::clock::{self, Clock, Millis};
+use crate::config::EngineKind;
+use crate::ids::{PayloadId, ReceiptId, SessionId};
+use blobs::{BlobStore, TempFile};
+use content::ContentScanner;
+use engine::{Batch, Engine, EngineError, Tree};
+use lines::LineIndex;
+use read::{Extent, ReadError, ReadOut, ReadSpec};
+use records::{PayloadRecord, ReceiptRecord, RecordError, SessionRecord, SessionState, keys};
+
+pub use reconcile::ReconcileReport;
+
+/// Errors of the storage layer. `crate::error` maps each to a gRPC status.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// No such session, or no such payload.
+    #[error("{kind} {id} not found")]
+    NotFound {
+        /// "session" or "payload".
+        kind: &'static str,
+        /// The ID asked for.
+        id: String,
+    },
+    /// The session no longer accepts writes.
+    #[error("session {0} is closed and read-only; create a new session to store more payloads")]
+    SessionClosed(SessionId),
+    /// A malformed request.
+    #[error("{0}")]
+    Invalid(String),
+    /// A range past the end of a payload.
+    #[error("{0}")]
+    OutOfRange(String),
+    /// A configured limit was hit.
+    #[error("{limit} is {value} bytes and this upload exceeds it; {hint}")]
+    TooLarge {
+        /// The limit's config key.
+        limit: &'static str,
+        /// Its value.
+        value: u64,
+        /// What to do.
+        hint: &'static str,
+    },
+    /// `expected_sha256` did not match; nothing was stored.
+    #[error("sha256 mismatch: expected {expected}, received bytes hash to {actual}; nothing was stored")]
+    ChecksumMismatch {
+        /// What the client said.
+        expected: String,
+        /// What arrived.
+        actual: String,
+    },
+    /// The payload's file is gone (found missing at startup).
+    #[error("payload {0}'s bytes are missing from disk; its metadata remains, but its content cannot be served")]
+    DataLoss(PayloadId),
+    /// The disk is full.
+    #[error("the server's disk is full; delete payloads or sessions, or retry later")]
+    DiskFull,
+    /// The metadata engine failed.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// A stored record could not be decoded.
+    #[error("corrupt metadata record: {0}")]
+    Corrupt(#[from] RecordError),
+    /// File I/O failed.
+    #[error("payload file I/O failed: {0}")]
+    Io(io::Error),
+}
+
+impl From<io::Error> for StoreError {
+    fn from(e: io::Error) -> Self {
+        // ENOSPC and EDQUOT: the caller can act on those.
+        if matches!(e.raw_os_error(), Some(28) | Some(122)) || e.kind() == io::ErrorKind::StorageFull {
+            StoreError::DiskFull
+        } else {
+            StoreError::Io(e)
+        }
+    }
+}
+
+impl From<ReadError> for StoreError {
+    fn from(e: ReadError) -> Self {
+        match e {
+            ReadError::Invalid(m) => StoreError::Invalid(m),
+            ReadError::OutOfRange(m) => StoreError::OutOfRange(m),
+            ReadError::Io(e) => e.into(),
+        }
+    }
+}
+
+/// Result alias of this layer.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// What the store needs from the configuration.
+#[derive(Debug, Clone)]
+pub struct StoreSettings {
+    /// Engine to use.
+    pub engine: EngineKind,
+    /// Largest payload.
+    pub max_payload_bytes: u64,
+    /// Payload retention.
+    pub retention: Duration,
+    /// Session TTL.
+    pub session_ttl: Duration,
+}
+
+/// What a new session is made of.
+#[derive(Debug, Clone, Default)]
+pub struct NewSession {
+    /// Tenant.
+    pub tenant: String,
+    /// Owner.
+    pub owner: String,
+    /// Label.
+    pub label: String,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Parent session.
+    pub parent: Option<SessionId>,
+    /// Principals to share with.
+    pub share_with: Vec<String>,
+}
+
+/// What an upload says about itself.
+#[derive(Debug, Clone, Default)]
+pub struct UploadMeta {
+    /// Preferred name.
+    pub name: String,
+    /// Content type.
+    pub content_type: String,
+    /// Tool.
+    pub tool_name: String,
+    /// Tool call.
+    pub tool_call_id: String,
+    /// Error result?
+    pub is_error: bool,
+    /// Hex SHA-256 the bytes must have.
+    pub expected_sha256: Option<String>,
+    /// Payloads this one derives from.
+    pub derived_from: Vec<PayloadId>,
+}
+
+/// A page of results and the token for the next one.
+#[derive(Debug, Clone)]
+pub struct Page<T> {
+    /// The items.
+    pub items: Vec<T>,
+    /// Empty when this was the last page.
+    pub next_token: String,
+}
+
+const LOCK_STRIPES: usize = 64;
+
+/// The store.
+pub struct Store {
+    engine: Box<dyn Engine>,
+    blobs: BlobStore,
+    clock: Arc<dyn Clock>,
+    settings: StoreSettings,
+    /// Serializes metadata read-modify-write per session (striped).
+    stripes: Vec<Mutex<()>>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("engine", &self.engine.name()).finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// Opens the store in `data_dir`, creating it if needed, and reconciles
+    /// disk with metadata.
+    pub fn open(data_dir: &Path, settings: StoreSettings, clock: Arc<dyn Clock>) -> Result<(Self, ReconcileReport)> {
+        std::fs::create_dir_all(data_dir)?;
+        let engine: Box<dyn Engine> = match settings.engine {
+            EngineKind::Redb => Box::new(redb_engine::RedbEngine::open(&data_dir.join("meta.redb"))?),
+            EngineKind::Sled => Box::new(sled_engine::SledEngine::open(&data_dir.join("meta.sled"))?),
+        };
+        check_schema(engine.as_ref())?;
+        let store = Self {
+            engine,
+            blobs: BlobStore::open(data_dir)?,
+            clock,
+            settings,
+            stripes: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
+        };
+        let report = reconcile::reconcile(&store)?;
+        Ok((store, report))
+    }
+
+    /// The engine's name.
+    pub fn engine_name(&self) -> &'static str {
+        self.engine.name()
+    }
+
+    /// Current time.
+    pub fn now_ms(&self) -> Millis {
+        self.clock.now_ms()
+    }
+
+    /// Flushes the engine; called at shutdown.
+    pub fn flush(&self) -> Result<()> {
+        Ok(self.engine.flush()?)
+    }
+
+    fn lock(&self, session: &SessionId) -> MutexGuard<'_, ()> {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        session.hash(&mut h);
+        let i = (h.finish() as usize) % self.stripes.len();
+        self.stripes[i].lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    // ---- sessions -------------------------------------------------------
+
+    /// Creates a session and its directory.
+    pub fn create_session(&self, new: NewSession) -> Result<SessionRecord> {
+        let now = self.now_ms();
+        let record = SessionRecord {
+            id: SessionId::generate(),
+            tenant: new.tenant,
+            owner: new.owner,
+            label: new.label,
+            labels: new.labels,
+            state: SessionState::Open,
+            created_ms: now,
+            closed_ms: None,
+            expires_ms: clock::add(now, self.settings.session_ttl),
+            policy: Default::default(),
+            legal_hold: false,
+            parent: new.parent,
+            share_with: new.share_with,
+            usage_bytes: 0,
+            usage_payloads: 0,
+        };
+        // Directory first: a crash before the commit leaves an empty
+        // directory with no record, which reconciliation removes.
+        self.blobs.create_session_dir(&record.id)?;
+        let mut b = Batch::new();
+        b.put(Tree::Sessions, record.id.as_str(), records::encode(&record))
+            .put(Tree::TenantSessions, keys::tenant_session(&record.tenant, now, &record.id), [])
+            .put(
+                Tree::Expiry,
+                keys::expiry(record.expires_ms, keys::EXPIRY_SESSION, record.id.as_str()),
+                [],
+            );
+        self.engine.commit(&b)?;
+        Ok(record)
+    }
+
+    /// Reads a session.
+    pub fn session(&self, id: &SessionId) -> Result<SessionRecord> {
+        let raw = self.engine.get(Tree::Sessions, id.as_str().as_bytes())?.ok_or_else(|| StoreError::NotFound {
+            kind: "session",
+            id: id.to_string(),
+        })?;
+        Ok(records::decode(&raw)?)
+    }
+
+    /// Lists a tenant's sessions in creation order, keeping those `keep`
+    /// accepts. Scans in bounded batches.
+    pub fn list_sessions(
+        &self,
+        tenant: &str,
+        page_token: &str,
+        page_size: usize,
+        keep: &dyn Fn(&SessionRecord) -> bool,
+    ) -> Result<Page<SessionRecord>> {
+        let prefix = keys::tenant_prefix(tenant);
+        let mut after = decode_token(page_token, &prefix)?;
+        let mut items = Vec::new();
+        loop {
+            let batch = self.engine.scan_prefix(Tree::TenantSessions, &prefix, after.as_deref(), 256)?;
+            let exhausted = batch.len() < 256;
+            for (key, _) in batch {
+                let id_bytes = &key[prefix.len() + 8..];
+                after = Some(key.clone());
+                let id = SessionId::parse(&String::from_utf8_lossy(id_bytes)).map_err(|e| StoreError::Invalid(e.to_string()))?;
+                match self.session(&id) {
+                    Ok(s) if keep(&s) => items.push(s),
+                    Ok(_) | Err(StoreError::NotFound { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+                if items.len() == page_size {
+                    let more = !self.engine.scan_prefix(Tree::TenantSessions, &prefix, Some(&key), 1)?.is_empty();
+                    let next_token = if more { hex::encode(&key[prefix.len()..]) } else { String::new() };
+                    return Ok(Page { items, next_token });
+                }
+            }
+            if exhausted {
+                return Ok(Page {
+                    items,
+                    next_token: String::new(),
+                });
+            }
+        }
+    }
+
+    /// Makes a session read-only. Closing a closed session changes nothing.
+    pub fn close_session(&self, id: &SessionId) -> Result<SessionRecord> {
+        let _guard = self.lock(id);
+        let mut s = self.session(id)?;
+        if s.state == SessionState::Closed {
+            return Ok(s);
+        }
+        s.state = SessionState::Closed;
+        s.closed_ms = Some(self.now_ms());
+        self.engine.put(Tree::Sessions, id.as_str().as_bytes(), &records::encode(&s))?;
+        Ok(s)
+    }
+
+    /// Deletes a session: every payload, its metadata, and its directory.
+    pub fn delete_session(&self, id: &SessionId, requested_by: &str, reason: &str) -> Result<ReceiptRecord> {
+        let _guard = self.lock(id);
+        let s = self.session(id)?;
+        let mut b = Batch::new();
+        let mut receipt = self.new_receipt(id.as_str(), requested_by, &s.tenant, reason);
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let page = self.engine.scan_prefix(Tree::SessionPayloads, id.as_str().as_bytes(), after.as_deref(), 1024)?;
+            let done = page.len() < 1024;
+            for (key, _) in page {
+                let pid = payload_id_from_listing_key(&key)?;
+                if let Some(p) = self.payload_opt(&pid)? {
+                    self.forget_payload(&mut b, &p);
+                    receipt.bytes_deleted += p.size;
+                    receipt.content_sha256.push(p.sha256.clone());
+                    receipt.deleted_payload_ids.push(p.id.clone());
+                }
+                after = Some(key);
+            }
+            if done {
+                break;
+            }
+        }
+        b.delete(Tree::Sessions, id.as_str())
+            .delete(Tree::TenantSessions, keys::tenant_session(&s.tenant, s.created_ms, id))
+            .delete(Tree::Expiry, keys::expiry(s.expires_ms, keys::EXPIRY_SESSION, id.as_str()))
+            .put(Tree::Receipts, receipt.id.as_str(), records::encode(&receipt));
+        self.engine.commit(&b)?;
+        // Metadata is gone and the receipt is durable; a crash before the
+        // directory is removed leaves an orphan that reconciliation removes.
+        if let Err(e) = self.blobs.remove_session_dir(id) {
+            tracing::warn!(session_id = %id, error = %e, "session directory removal failed; reconciliation will retry");
+        }
+        Ok(receipt)
+    }
+
+    // ---- payloads -------------------------------------------------------
+
+    /// Starts an upload into an open session.
+    pub fn begin_upload(&self, session: &SessionId, meta: UploadMeta) -> Result<PendingUpload<'_>> {
+        let s = self.session(session)?;
+        if s.state != SessionState::Open {
+            return Err(StoreError::SessionClosed(session.clone()));
+        }
+        if let Some(h) = &meta.expected_sha256
+            && !(h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+        {
+            return Err(StoreError::Invalid("expected_sha256 must be 64 hex digits".into()));
+        }
+        let dir = self.blobs.session_dir(session)?;
+        Ok(PendingUpload {
+            store: self,
+            session: session.clone(),
+            meta,
+            temp: TempFile::create(dir)?,
+            scanner: ContentScanner::new(),
+            limit: self.settings.max_payload_bytes,
+        })
+    }
+
+    /// Reads a payload's metadata.
+    pub fn payload(&self, id: &PayloadId) -> Result<PayloadRecord> {
+        self.payload_opt(id)?.ok_or_else(|| StoreError::NotFound {
+            kind: "payload",
+            id: id.to_string(),
+        })
+    }
+
+    fn payload_opt(&self, id: &PayloadId) -> Result<Option<PayloadRecord>> {
+        match self.engine.get(Tree::Payloads, id.as_str().as_bytes())? {
+            Some(raw) => Ok(Some(records::decode(&raw)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Lists a session's payloads in creation order.
+    pub fn list_payloads(&self, session: &SessionId, page_token: &str, page_size: usize) -> Result<Page<PayloadRecord>> {
+        let prefix = session.as_str().as_bytes();
+        let after = decode_token(page_token, prefix)?;
+        let page = self.engine.scan_prefix(Tree::SessionPayloads, prefix, after.as_deref(), page_size + 1)?;
+        let more = page.len() > page_size;
+        let mut items = Vec::with_capacity(page.len().min(page_size));
+        let mut last = None;
+        for (key, _) in page.into_iter().take(page_size) {
+            let pid = payload_id_from_listing_key(&key)?;
+            if let Some(p) = self.payload_opt(&pid)? {
+                items.push(p);
+            }
+            last = Some(key);
+        }
+        let next_token = match (more, last) {
+            (true, Some(k)) => hex::encode(&k[prefix.len()..]),
+            _ => String::new(),
+        };
+        Ok(Page { items, next_token })
+    }
+
+    /// Opens a payload's bytes for reading.
+    pub fn open_payload(&self, p: &PayloadRecord) -> Result<File> {
+        if p.missing {
+            return Err(StoreError::DataLoss(p.id.clone()));
+        }
+        let dir = self.blobs.session_dir(&p.session_id)?;
+        dir.open(&p.name).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => StoreError::DataLoss(p.id.clone()),
+            _ => e.into(),
+        })
+    }
+
+    /// Serves a ranged read. `max_bytes` has been defaulted and clamped.
+    pub fn read(&self, p: &PayloadRecord, spec: ReadSpec, max_bytes: u64) -> Result<ReadOut> {
+        let index = match self.engine.get(Tree::LineIndex, p.id.as_str().as_bytes())? {
+            Some(raw) => LineIndex::decode(&raw)
+                .ok_or_else(|| StoreError::Corrupt(RecordError::UnknownFormat(raw.first().copied())))?,
+            None => LineIndex::default(),
+        };
+        let mut file = io::BufReader::with_capacity(64 * 1024, self.open_payload(p)?);
+        let extent = Extent {
+            size: p.size,
+            lines: p.line_count,
+            utf8: p.utf8,
+            index: &index,
+        };
+        Ok(read::read_range(&mut file, extent, spec, max_bytes)?)
+    }
+
+    /// Deletes one payload.
+    pub fn delete_payload(&self, id: &PayloadId, requested_by: &str, reason: &str) -> Result<ReceiptRecord> {
+        let p = self.payload(id)?;
+        let _guard = self.lock(&p.session_id);
+        // Re-read under the lock: a concurrent delete may have won.
+        let p = self.payload(id)?;
+        let mut s = self.session(&p.session_id)?;
+        let mut b = Batch::new();
+        self.forget_payload(&mut b, &p);
+        s.usage_bytes = s.usage_bytes.saturating_sub(p.size);
+        s.usage_payloads = s.usage_payloads.saturating_sub(1);
+        let mut receipt = self.new_receipt(id.as_str(), requested_by, &s.tenant, reason);
+        receipt.deleted_payload_ids.push(p.id.clone());
+        receipt.bytes_deleted = p.size;
+        receipt.content_sha256.push(p.sha256.clone());
+        b.put(Tree::Sessions, s.id.as_str(), records::encode(&s))
+            .put(Tree::Receipts, receipt.id.as_str(), records::encode(&receipt));
+        self.engine.commit(&b)?;
+        let dir = self.blobs.session_dir(&p.session_id)?;
+        match dir.remove_file(&p.name) {
+            Ok(()) => blobs::fsync_dir(&dir)?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!(payload_id = %p.id, error = %e, "payload file removal failed; reconciliation will retry"),
+        }
+        Ok(receipt)
+    }
+
+    /// Reads a receipt.
+    pub fn receipt(&self, id: &ReceiptId) -> Result<ReceiptRecord> {
+        let raw = self.engine.get(Tree::Receipts, id.as_str().as_bytes())?.ok_or_else(|| StoreError::NotFound {
+            kind: "receipt",
+            id: id.to_string(),
+        })?;
+        Ok(records::decode(&raw)?)
+    }
+
+    fn forget_payload(&self, b: &mut Batch, p: &PayloadRecord) {
+        b.delete(Tree::Payloads, p.id.as_str())
+            .delete(Tree::SessionPayloads, keys::session_payload(&p.session_id, p.created_ms, &p.id))
+            .delete(Tree::PayloadNames, keys::payload_name(&p.session_id, &p.name))
+            .delete(Tree::LineIndex, p.id.as_str())
+            .delete(Tree::Expiry, keys::expiry(p.expires_ms, keys::EXPIRY_PAYLOAD, p.id.as_str()));
+    }
+
+    fn new_receipt(&self, target: &str, requested_by: &str, tenant: &str, reason: &str) -> ReceiptRecord {
+        ReceiptRecord {
+            id: ReceiptId::generate(),
+            target_id: target.to_owned(),
+            reason: reason.to_owned(),
+            requested_by: requested_by.to_owned(),
+            tenant: tenant.to_owned(),
+            deleted_ms: self.now_ms(),
+            deleted_payload_ids: Vec::new(),
+            bytes_deleted: 0,
+            content_sha256: Vec::new(),
+            signature: String::new(),
+        }
+    }
+
+    /// Picks a name not yet used in the session. Called under the session lock.
+    fn unique_name(&self, session: &SessionId, base: &str) -> Result<String> {
+        let taken = |n: &str| -> Result<bool> {
+            Ok(self.engine.get(Tree::PayloadNames, &keys::payload_name(session, n))?.is_some())
+        };
+        if !taken(base)? {
+            return Ok(base.to_owned());
+        }
+        for n in 2..10_000 {
+            let candidate = names::numbered(base, n);
+            if !taken(&candidate)? {
+                return Ok(candidate);
+            }
+        }
+        let mut raw = [0u8; 8];
+        getrandom::fill(&mut raw).map_err(io::Error::other)?;
+        Ok(names::numbered(base, u32::from_le_bytes(raw[..4].try_into().expect("4 bytes"))))
+    }
+}
+
+/// An upload in progress. Dropping it unfinished removes its temporary file.
+pub struct PendingUpload<'a> {
+    store: &'a Store,
+    session: SessionId,
+    meta: UploadMeta,
+    temp: TempFile,
+    scanner: ContentScanner,
+    limit: u64,
+}
+
+impl PendingUpload<'_> {
+    /// Appends bytes, enforcing the payload size limit.
+    pub fn write(&mut self, data: &[u8]) -> Result<()> {
+        if self.scanner.size() + data.len() as u64 > self.limit {
+            return Err(StoreError::TooLarge {
+                limit: "limits.max_payload_bytes",
+                value: self.limit,
+                hint: "nothing was stored; narrow the tool's output, or split it into several payloads",
+            });
+        }
+        self.temp.write_all(data)?;
+        self.scanner.update(data);
+        Ok(())
+    }
+
+    /// Verifies, persists and commits the payload; returns its record once
+    /// durable.
+    pub fn finish(mut self) -> Result<PayloadRecord> {
+        let scanner = std::mem::take(&mut self.scanner);
+        let facts = scanner.finish();
+        if let Some(expected) = &self.meta.expected_sha256
+            && !expected.eq_ignore_ascii_case(&facts.sha256)
+        {
+            return Err(StoreError::ChecksumMismatch {
+                expected: expected.to_ascii_lowercase(),
+                actual: facts.sha256,
+            });
+        }
+        self.temp.sync()?;
+        let store = self.store;
+        let _guard = store.lock(&self.session);
+        let mut s = store.session(&self.session)?;
+        if s.state != SessionState::Open {
+            return Err(StoreError::SessionClosed(self.session.clone()));
+        }
+        let (sniffed_type, sniffed_ext) = names::sniff(&facts.head, facts.utf8);
+        let content_type = if self.meta.content_type.is_empty() {
+            sniffed_type.to_owned()
+        } else {
+            self.meta.content_type.clone()
+        };
+        let ext = names::extension_for(&content_type).unwrap_or(sniffed_ext);
+        let base = names::base_name(&self.meta.name, &self.meta.tool_name, &self.meta.tool_call_id, ext);
+        let name = store.unique_name(&self.session, &base)?;
+        let now = store.now_ms();
+        let record = PayloadRecord {
+            id: PayloadId::generate(),
+            session_id: self.session.clone(),
+            name,
+            size: facts.size,
+            line_count: facts.line_count,
+            chars: facts.chars,
+            sha256: facts.sha256,
+            content_type,
+            tool_name: std::mem::take(&mut self.meta.tool_name),
+            tool_call_id: std::mem::take(&mut self.meta.tool_call_id),
+            is_error: self.meta.is_error,
+            created_ms: now,
+            expires_ms: clock::add(now, store.settings.retention).min(s.expires_ms),
+            derived_from: std::mem::take(&mut self.meta.derived_from),
+            utf8: facts.utf8,
+            missing: false,
+        };
+        self.temp.persist(&record.name)?;
+        s.usage_bytes += record.size;
+        s.usage_payloads += 1;
+        let mut b = Batch::new();
+        b.put(Tree::Payloads, record.id.as_str(), records::encode(&record))
+            .put(Tree::SessionPayloads, keys::session_payload(&s.id, now, &record.id), [])
+            .put(Tree::PayloadNames, keys::payload_name(&s.id, &record.name), record.id.as_str())
+            .put(Tree::LineIndex, record.id.as_str(), facts.line_index)
+            .put(
+                Tree::Expiry,
+                keys::expiry(record.expires_ms, keys::EXPIRY_PAYLOAD, record.id.as_str()),
+                [],
+            )
+            .put(Tree::Sessions, s.id.as_str(), records::encode(&s));
+        if let Err(e) = store.engine.commit(&b) {
+            // Not acknowledged: take the file back out so no orphan remains.
+            if let Ok(dir) = store.blobs.session_dir(&s.id) {
+                let _ = dir.remove_file(&record.name);
+            }
+            return Err(e.into());
+        }
+        Ok(record)
+    }
+}
+
+fn check_schema(engine: &dyn Engine) -> Result<()> {
+    match engine.get(Tree::Meta, records::SCHEMA_KEY)? {
+        None => Ok(engine.put(Tree::Meta, records::SCHEMA_KEY, &records::SCHEMA_VERSION.to_le_bytes())?),
+        Some(v) if v.as_slice() == records::SCHEMA_VERSION.to_le_bytes() => Ok(()),
+        Some(v) => Err(StoreError::Corrupt(RecordError::UnknownFormat(v.first().copied()))),
+    }
+}
+
+fn payload_id_from_listing_key(key: &[u8]) -> Result<PayloadId> {
+    // session id (36 bytes) + created (8 bytes) + payload id.
+    let id = key.get(SessionId::PREFIX.len() + 32 + 8..).unwrap_or_default();
+    PayloadId::parse(&String::from_utf8_lossy(id)).map_err(|e| StoreError::Invalid(e.to_string()))
+}
+
+/// Page tokens are the hex of the last key's suffix after the listing prefix.
+fn decode_token(token: &str, prefix: &[u8]) -> Result<Option<Vec<u8>>> {
+    if token.is_empty() {
+        return Ok(None);
+    }
+    let suffix = hex::decode(token)
+        .ok()
+        .filter(|s| !s.is_empty() && s.len() <= 256)
+        .ok_or_else(|| StoreError::Invalid("page_token is not one this server issued; start again with an empty page_token".into()))?;
+    let mut key = prefix.to_vec();
+    key.extend_from_slice(&suffix);
+    Ok(Some(key))
+}
