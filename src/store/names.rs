@@ -76,8 +76,16 @@ pub fn base_name(requested: &str, tool_name: &str, tool_call_id: &str, ext: &str
 
 /// The `n`th alternative of a taken name: `report.json` → `report-2.json`.
 pub fn numbered(base: &str, n: u32) -> String {
+    // Only a short alphanumeric tail counts as an extension.
     let (stem, ext) = match base.rfind('.') {
-        Some(i) if i > 0 => (&base[..i], &base[i..]),
+        Some(i)
+            if i > 0
+                && base.len() - i <= 11
+                && base[i + 1..].bytes().all(|b| b.is_ascii_alphanumeric())
+                && !base[..i].ends_with('.') =>
+        {
+            (&base[..i], &base[i..])
+        }
         _ => (base, ""),
     };
     let suffix = format!("-{n}");
@@ -112,6 +120,7 @@ mod tests {
     fn numbering_keeps_the_extension_and_the_bound() {
         assert_eq!(numbered("report.json", 2), "report-2.json");
         assert_eq!(numbered("noext", 3), "noext-3");
+        assert_eq!(numbered("_.._etc_passwd", 2), "_.._etc_passwd-2");
         assert!(numbered(&format!("{}.json", "a".repeat(118)), 99).len() <= MAX_NAME);
     }
 

@@ -1,0 +1,42 @@
+# Spillway: `make run` starts a dev server, `make test` runs every test.
+SHELL := /bin/bash
+CARGO ?= cargo
+BIN := $(CARGO) run --release --locked --quiet --
+ENGINES := redb sled
+
+.PHONY: help build run test test-engine lint fmt images bench clean
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
+
+build: ## Build the release binary
+	$(CARGO) build --release --locked
+
+run: build ## Start a dev server on 127.0.0.1:50051 with data in ./spillway-data
+	@echo "dev token: ./spillway-data/dev-token (the CLI finds it by itself)"
+	@echo "try, in another terminal: target/release/spillway session create --label demo"
+	$(BIN) serve --data-dir ./spillway-data
+
+test: ## Unit and integration tests, against both metadata engines
+	$(CARGO) test --locked --lib --bins
+	@for engine in $(ENGINES); do \
+		echo "== integration tests, store.engine = $$engine"; \
+		SPILLWAY_TEST_ENGINE=$$engine $(CARGO) test --locked --test all -- --test-threads 2 || exit 1; \
+	done
+
+lint: ## Clippy with warnings as errors, and rustfmt
+	$(CARGO) clippy --locked --all-targets -- -D warnings
+	$(CARGO) fmt --all -- --check
+
+fmt: ## Format the code
+	$(CARGO) fmt --all
+
+images: ## Build the sandbox images (none yet: code mode is a later issue)
+	@echo "no sandbox images yet"
+
+bench: ## Upload and read throughput against raw write+fsync (see benches/)
+	$(CARGO) bench --locked --bench io_throughput
+
+clean: ## Remove build output and the local dev data
+	$(CARGO) clean
+	rm -rf ./spillway-data

@@ -1,0 +1,144 @@
+//! Upload and read throughput over loopback gRPC for a 256 MiB payload,
+//! against the machine's raw sequential write + fsync (and raw read) of the
+//! same size on the same file system, measured in the same run.
+//!
+//! `make bench` (or `cargo bench --bench io_throughput`). Set
+//! `SPILLWAY_BENCH_MIB` to change the size and `SPILLWAY_BENCH_ROUNDS` the
+//! number of rounds (median reported).
+
+use std::io::{Read, Write};
+use std::time::Instant;
+
+use spillway::config::Config;
+use spillway::proto::{self, payloads_client::PayloadsClient, sessions_client::SessionsClient, upload_chunk::Chunk};
+
+const CHUNK: usize = 1 << 20;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+fn raw_write_fsync(dir: &std::path::Path, bytes: usize, chunk: &[u8]) -> f64 {
+    let path = dir.join("raw.bin");
+    let start = Instant::now();
+    let mut f = std::fs::File::create(&path).unwrap();
+    for _ in 0..bytes / CHUNK {
+        f.write_all(chunk).unwrap();
+    }
+    f.sync_all().unwrap();
+    std::fs::File::open(dir).unwrap().sync_all().unwrap();
+    let secs = start.elapsed().as_secs_f64();
+    secs
+}
+
+fn raw_read(dir: &std::path::Path) -> f64 {
+    let start = Instant::now();
+    let mut f = std::fs::File::open(dir.join("raw.bin")).unwrap();
+    let mut buf = vec![0u8; CHUNK];
+    while f.read(&mut buf).unwrap() > 0 {}
+    start.elapsed().as_secs_f64()
+}
+
+#[tokio::main]
+async fn main() {
+    let mib: usize = std::env::var("SPILLWAY_BENCH_MIB").ok().and_then(|s| s.parse().ok()).unwrap_or(256);
+    let rounds: usize = std::env::var("SPILLWAY_BENCH_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
+    let bytes = mib << 20;
+    let chunk: Vec<u8> = (0..CHUNK).map(|i| (i * 7 % 251) as u8).collect();
+
+    let dir = tempfile::tempdir_in(std::env::var("SPILLWAY_BENCH_DIR").unwrap_or_else(|_| "target".into())).unwrap();
+    let mut config = Config {
+        data_dir: dir.path().join("data"),
+        ..Config::default()
+    };
+    config.auth.tokens = vec![spillway::config::TokenConfig {
+        token: Some("bench".into()),
+        token_sha256: None,
+        principal: "bench".into(),
+        tenant: "bench".into(),
+        roles: vec![spillway::auth::Role::Agent],
+    }];
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(spillway::server::run(config, listener, async {
+        let _ = stopped.await;
+    }));
+    let channel = loop {
+        if let Ok(c) = tonic::transport::Channel::from_shared(format!("http://{addr}")).unwrap().connect().await {
+            break c;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    let auth = |mut req: tonic::Request<()>| {
+        req.metadata_mut().insert("authorization", "Bearer bench".parse().unwrap());
+        Ok(req)
+    };
+    let mut sessions = SessionsClient::with_interceptor(channel.clone(), auth);
+    let mut payloads = PayloadsClient::with_interceptor(channel, auth).max_decoding_message_size(16 << 20);
+    let session = sessions.create_session(proto::CreateSessionRequest::default()).await.unwrap().into_inner();
+
+    let (mut raw_w, mut raw_r, mut up, mut down, mut read) = (vec![], vec![], vec![], vec![], vec![]);
+    for round in 0..rounds {
+        raw_w.push(raw_write_fsync(dir.path(), bytes, &chunk));
+        raw_r.push(raw_read(dir.path()));
+        std::fs::remove_file(dir.path().join("raw.bin")).unwrap();
+
+        let header = proto::UploadChunk {
+            chunk: Some(Chunk::Header(proto::UploadHeader {
+                session_id: session.id.clone(),
+                name: format!("bench-{round}.bin"),
+                ..Default::default()
+            })),
+        };
+        let data = chunk.clone();
+        let stream = tokio_stream::iter(
+            std::iter::once(header).chain((0..bytes / CHUNK).map(move |_| proto::UploadChunk { chunk: Some(Chunk::Data(data.clone())) })),
+        );
+        let start = Instant::now();
+        let stored = payloads.upload(stream).await.unwrap().into_inner();
+        up.push(start.elapsed().as_secs_f64());
+        assert_eq!(stored.size_bytes, bytes as u64);
+
+        let start = Instant::now();
+        let mut s = payloads.download(proto::PayloadRequest { payload_id: stored.id.clone() }).await.unwrap().into_inner();
+        let mut got = 0usize;
+        while let Some(c) = s.message().await.unwrap() {
+            got += c.data.len();
+        }
+        down.push(start.elapsed().as_secs_f64());
+        assert_eq!(got, bytes);
+
+        let start = Instant::now();
+        let mut offset = 0u64;
+        while offset < bytes as u64 {
+            let r = payloads
+                .read(proto::ReadRequest {
+                    payload_id: stored.id.clone(),
+                    max_bytes: 4 << 20,
+                    range: Some(proto::read_request::Range::ByteRange(proto::ByteRange { offset, length: 4 << 20 })),
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            offset = r.end_offset;
+        }
+        read.push(start.elapsed().as_secs_f64());
+        payloads.delete_payload(proto::DeletePayloadRequest { payload_id: stored.id, reason: String::new() }).await.unwrap();
+    }
+    let _ = stop.send(());
+    server.await.unwrap().unwrap();
+
+    let rate = |secs: f64| mib as f64 / secs;
+    let (rw, rr) = (rate(median(raw_w)), rate(median(raw_r)));
+    let (u, d, r) = (rate(median(up)), rate(median(down)), rate(median(read)));
+    println!("payload {mib} MiB, {rounds} rounds, median MiB/s, {} cores", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    println!("| measurement | MiB/s | reference | ratio |");
+    println!("| --- | --- | --- | --- |");
+    println!("| raw write + fsync | {rw:.0} | - | - |");
+    println!("| raw sequential read (page cache) | {rr:.0} | - | - |");
+    println!("| Upload over gRPC (durable) | {u:.0} | raw write + fsync | {:.2} |", u / rw);
+    println!("| Download over gRPC | {d:.0} | raw read | {:.2} |", d / rr);
+    println!("| Read 4 MiB ranges over gRPC | {r:.0} | raw read | {:.2} |", r / rr);
+}

@@ -1,0 +1,317 @@
+//! `TestServer`: a real server on a free loopback port, in process, with a
+//! fixed cast of principals; plus `ProcessServer`, the real binary as a
+//! child process, for crash and memory tests.
+//!
+//! The metadata engine comes from `SPILLWAY_TEST_ENGINE` (`redb` default,
+//! `sled`), so `make test` runs the whole suite against both.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use spillway::config::{Config, EngineKind, TokenConfig};
+use spillway::auth::Role;
+use spillway::proto::{
+    self, payloads_client::PayloadsClient, sessions_client::SessionsClient, upload_chunk::Chunk,
+};
+use tokio::sync::oneshot;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+/// Tokens of the cast: (token, principal, tenant, roles).
+pub const CAST: &[(&str, &str, &str, &[Role])] = &[
+    ("tok-alice", "alice", "acme", &[Role::Agent]),
+    ("tok-bob", "bob", "acme", &[Role::Agent]),
+    ("tok-admin", "ada", "acme", &[Role::Admin]),
+    ("tok-carol", "carol", "acme", &[Role::Compliance]),
+    ("tok-audrey", "audrey", "acme", &[Role::Auditor]),
+    ("tok-mallory", "mallory", "other", &[Role::Agent, Role::Admin]),
+];
+
+pub const ALICE: &str = "tok-alice";
+pub const BOB: &str = "tok-bob";
+pub const MALLORY: &str = "tok-mallory";
+
+pub fn engine() -> EngineKind {
+    match std::env::var("SPILLWAY_TEST_ENGINE").as_deref() {
+        Ok("sled") => EngineKind::Sled,
+        _ => EngineKind::Redb,
+    }
+}
+
+pub fn cast_tokens() -> Vec<TokenConfig> {
+    CAST.iter()
+        .map(|(token, principal, tenant, roles)| TokenConfig {
+            token: Some((*token).into()),
+            token_sha256: None,
+            principal: (*principal).into(),
+            tenant: (*tenant).into(),
+            roles: roles.to_vec(),
+        })
+        .collect()
+}
+
+#[derive(Clone)]
+pub struct Bearer(pub Option<String>);
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(t) = &self.0 {
+            req.metadata_mut().insert("authorization", format!("Bearer {t}").parse().unwrap());
+        }
+        Ok(req)
+    }
+}
+
+pub type Svc = InterceptedService<Channel, Bearer>;
+
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub dir: tempfile::TempDir,
+    pub config: Config,
+    shutdown: Option<oneshot::Sender<()>>,
+    handle: Option<tokio::task::JoinHandle<Result<(), spillway::server::ServerError>>>,
+}
+
+impl TestServer {
+    pub async fn start() -> Self {
+        Self::start_with(|_| {}).await
+    }
+
+    pub async fn start_with(adjust: impl FnOnce(&mut Config)) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = Config {
+            data_dir: dir.path().join("data"),
+            ..Config::default()
+        };
+        config.store.engine = engine();
+        config.auth.tokens = cast_tokens();
+        adjust(&mut config);
+        Self::start_in(dir, config).await
+    }
+
+    pub async fn start_in(dir: tempfile::TempDir, config: Config) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = oneshot::channel::<()>();
+        let handle = tokio::spawn(spillway::server::run(config.clone(), listener, async {
+            let _ = rx.await;
+        }));
+        let server = Self {
+            addr,
+            dir,
+            config,
+            shutdown: Some(tx),
+            handle: Some(handle),
+        };
+        server.wait_ready().await;
+        server
+    }
+
+    async fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if Channel::from_shared(format!("http://{}", self.addr)).unwrap().connect().await.is_ok() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("test server did not come up");
+    }
+
+    pub async fn channel(&self) -> Channel {
+        Channel::from_shared(format!("http://{}", self.addr)).unwrap().connect().await.unwrap()
+    }
+
+    pub async fn sessions(&self, token: &str) -> SessionsClient<Svc> {
+        SessionsClient::with_interceptor(self.channel().await, Bearer(Some(token.into())))
+    }
+
+    pub async fn payloads(&self, token: &str) -> PayloadsClient<Svc> {
+        PayloadsClient::with_interceptor(self.channel().await, Bearer(Some(token.into())))
+            .max_decoding_message_size(64 << 20)
+    }
+
+    pub async fn anonymous_payloads(&self) -> PayloadsClient<Svc> {
+        PayloadsClient::with_interceptor(self.channel().await, Bearer(None))
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.config.data_dir.clone()
+    }
+
+    /// Stops the server gracefully and waits for it.
+    pub async fn stop(mut self) -> (tempfile::TempDir, Config) {
+        self.shutdown.take().unwrap().send(()).ok();
+        self.handle.take().unwrap().await.unwrap().unwrap();
+        let config = self.config.clone();
+        let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
+        (dir, config)
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+pub async fn create_session(server: &TestServer, token: &str) -> proto::Session {
+    server
+        .sessions(token)
+        .await
+        .create_session(proto::CreateSessionRequest {
+            label: "test".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+pub fn header(session: &str, name: &str) -> proto::UploadHeader {
+    proto::UploadHeader {
+        session_id: session.into(),
+        name: name.into(),
+        ..Default::default()
+    }
+}
+
+/// Uploads `data` in 64 KiB chunks.
+pub async fn upload(
+    client: &mut PayloadsClient<Svc>,
+    header: proto::UploadHeader,
+    data: &[u8],
+) -> Result<proto::Payload, tonic::Status> {
+    let mut chunks = vec![proto::UploadChunk { chunk: Some(Chunk::Header(header)) }];
+    chunks.extend(data.chunks(64 << 10).map(|c| proto::UploadChunk { chunk: Some(Chunk::Data(c.to_vec())) }));
+    client.upload(tokio_stream::iter(chunks)).await.map(|r| r.into_inner())
+}
+
+pub async fn download(client: &mut PayloadsClient<Svc>, id: &str) -> Result<Vec<u8>, tonic::Status> {
+    let mut stream = client
+        .download(proto::PayloadRequest { payload_id: id.into() })
+        .await?
+        .into_inner();
+    let mut out = Vec::new();
+    while let Some(c) = stream.message().await? {
+        out.extend_from_slice(&c.data);
+    }
+    Ok(out)
+}
+
+pub fn sha256_hex(data: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(data))
+}
+
+/// Files in a session's directory, sorted.
+pub fn session_files(data_dir: &Path, session: &str) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(data_dir.join("sessions").join(session))
+        .map(|rd| rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// The real binary as a child process.
+pub struct ProcessServer {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub log: PathBuf,
+}
+
+pub fn binary() -> &'static str {
+    env!("CARGO_BIN_EXE_spillway")
+}
+
+/// A free loopback port (bound and released; good enough for tests).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Writes a config file with the cast's tokens.
+pub fn write_config(dir: &Path) -> PathBuf {
+    let mut text = String::new();
+    for (token, principal, tenant, roles) in CAST {
+        let roles: Vec<String> = roles.iter().map(|r| format!("\"{}\"", r.name())).collect();
+        text.push_str(&format!(
+            "[[auth.tokens]]\ntoken = \"{token}\"\nprincipal = \"{principal}\"\ntenant = \"{tenant}\"\nroles = [{}]\n\n",
+            roles.join(", ")
+        ));
+    }
+    let path = dir.join("spillway.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+impl ProcessServer {
+    /// Starts `spillway serve` and waits until it accepts connections.
+    pub async fn start(config: Option<&Path>, data_dir: &Path, log: PathBuf) -> Self {
+        let port = free_port();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let mut cmd = Command::new(binary());
+        cmd.arg("serve")
+            .arg("--listen")
+            .arg(addr.to_string())
+            .arg("--data-dir")
+            .arg(data_dir)
+            .arg("--engine")
+            .arg(engine().name())
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        if let Some(c) = config {
+            cmd.arg("--config").arg(c);
+        }
+        let child = cmd.spawn().unwrap();
+        let mut server = Self { child, addr, log };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = server.child.try_wait().unwrap() {
+                panic!("server exited with {status}: {}", std::fs::read_to_string(&server.log).unwrap_or_default());
+            }
+            if Channel::from_shared(format!("http://{addr}")).unwrap().connect().await.is_ok() {
+                return server;
+            }
+            assert!(Instant::now() < deadline, "server did not start");
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    pub async fn channel(&self) -> Channel {
+        Channel::from_shared(format!("http://{}", self.addr)).unwrap().connect().await.unwrap()
+    }
+
+    pub async fn payloads(&self, token: &str) -> PayloadsClient<Svc> {
+        PayloadsClient::with_interceptor(self.channel().await, Bearer(Some(token.into())))
+            .max_decoding_message_size(64 << 20)
+    }
+
+    pub async fn sessions(&self, token: &str) -> SessionsClient<Svc> {
+        SessionsClient::with_interceptor(self.channel().await, Bearer(Some(token.into())))
+    }
+
+    pub fn kill9(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    /// Resident set size of the server, in bytes.
+    pub fn rss_bytes(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+    }
+}
+
+impl Drop for ProcessServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

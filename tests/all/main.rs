@@ -1,0 +1,8 @@
+//! One integration-test binary (fast to link): every module below starts
+//! real servers on loopback.
+
+mod cli;
+mod common;
+mod crash;
+mod payloads;
+mod sessions;
