@@ -21,6 +21,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     std::fs::write(&descriptor_path, fds.encode_to_vec())?;
 
     tonic_prost_build::configure()
+        .bytes(".spillway.v1.UploadChunk.data")
+        .bytes(".spillway.v1.DataChunk.data")
         .compile_well_known_types(true)
         .extern_path(".google.protobuf", "::pbjson_types")
         .compile_fds(fds)?;

@@ -10,7 +10,9 @@ use std::io::{Read, Write};
 use std::time::Instant;
 
 use spillway::config::Config;
-use spillway::proto::{self, payloads_client::PayloadsClient, sessions_client::SessionsClient, upload_chunk::Chunk};
+use spillway::proto::{
+    self, payloads_client::PayloadsClient, sessions_client::SessionsClient, upload_chunk::Chunk,
+};
 
 const CHUNK: usize = 1 << 20;
 
@@ -28,8 +30,7 @@ fn raw_write_fsync(dir: &std::path::Path, bytes: usize, chunk: &[u8]) -> f64 {
     }
     f.sync_all().unwrap();
     std::fs::File::open(dir).unwrap().sync_all().unwrap();
-    let secs = start.elapsed().as_secs_f64();
-    secs
+    start.elapsed().as_secs_f64()
 }
 
 fn raw_read(dir: &std::path::Path) -> f64 {
@@ -42,12 +43,21 @@ fn raw_read(dir: &std::path::Path) -> f64 {
 
 #[tokio::main]
 async fn main() {
-    let mib: usize = std::env::var("SPILLWAY_BENCH_MIB").ok().and_then(|s| s.parse().ok()).unwrap_or(256);
-    let rounds: usize = std::env::var("SPILLWAY_BENCH_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
+    let mib: usize = std::env::var("SPILLWAY_BENCH_MIB")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(256);
+    let rounds: usize = std::env::var("SPILLWAY_BENCH_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3);
     let bytes = mib << 20;
     let chunk: Vec<u8> = (0..CHUNK).map(|i| (i * 7 % 251) as u8).collect();
 
-    let dir = tempfile::tempdir_in(std::env::var("SPILLWAY_BENCH_DIR").unwrap_or_else(|_| "target".into())).unwrap();
+    let dir = tempfile::tempdir_in(
+        std::env::var("SPILLWAY_BENCH_DIR").unwrap_or_else(|_| "target".into()),
+    )
+    .unwrap();
     let mut config = Config {
         data_dir: dir.path().join("data"),
         ..Config::default()
@@ -66,20 +76,31 @@ async fn main() {
         let _ = stopped.await;
     }));
     let channel = loop {
-        if let Ok(c) = tonic::transport::Channel::from_shared(format!("http://{addr}")).unwrap().connect().await {
+        if let Ok(c) = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+        {
             break c;
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     };
     let auth = |mut req: tonic::Request<()>| {
-        req.metadata_mut().insert("authorization", "Bearer bench".parse().unwrap());
+        req.metadata_mut()
+            .insert("authorization", "Bearer bench".parse().unwrap());
         Ok(req)
     };
     let mut sessions = SessionsClient::with_interceptor(channel.clone(), auth);
-    let mut payloads = PayloadsClient::with_interceptor(channel, auth).max_decoding_message_size(16 << 20);
-    let session = sessions.create_session(proto::CreateSessionRequest::default()).await.unwrap().into_inner();
+    let mut payloads =
+        PayloadsClient::with_interceptor(channel, auth).max_decoding_message_size(16 << 20);
+    let session = sessions
+        .create_session(proto::CreateSessionRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
 
-    let (mut raw_w, mut raw_r, mut up, mut down, mut read) = (vec![], vec![], vec![], vec![], vec![]);
+    let (mut raw_w, mut raw_r, mut up, mut down, mut read) =
+        (vec![], vec![], vec![], vec![], vec![]);
     for round in 0..rounds {
         raw_w.push(raw_write_fsync(dir.path(), bytes, &chunk));
         raw_r.push(raw_read(dir.path()));
@@ -92,17 +113,25 @@ async fn main() {
                 ..Default::default()
             })),
         };
-        let data = chunk.clone();
-        let stream = tokio_stream::iter(
-            std::iter::once(header).chain((0..bytes / CHUNK).map(move |_| proto::UploadChunk { chunk: Some(Chunk::Data(data.clone())) })),
-        );
+        let data = bytes::Bytes::from(chunk.clone());
+        let stream = tokio_stream::iter(std::iter::once(header).chain((0..bytes / CHUNK).map(
+            move |_| proto::UploadChunk {
+                chunk: Some(Chunk::Data(data.clone())),
+            },
+        )));
         let start = Instant::now();
         let stored = payloads.upload(stream).await.unwrap().into_inner();
         up.push(start.elapsed().as_secs_f64());
         assert_eq!(stored.size_bytes, bytes as u64);
 
         let start = Instant::now();
-        let mut s = payloads.download(proto::PayloadRequest { payload_id: stored.id.clone() }).await.unwrap().into_inner();
+        let mut s = payloads
+            .download(proto::PayloadRequest {
+                payload_id: stored.id.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
         let mut got = 0usize;
         while let Some(c) = s.message().await.unwrap() {
             got += c.data.len();
@@ -117,7 +146,10 @@ async fn main() {
                 .read(proto::ReadRequest {
                     payload_id: stored.id.clone(),
                     max_bytes: 4 << 20,
-                    range: Some(proto::read_request::Range::ByteRange(proto::ByteRange { offset, length: 4 << 20 })),
+                    range: Some(proto::read_request::Range::ByteRange(proto::ByteRange {
+                        offset,
+                        length: 4 << 20,
+                    })),
                 })
                 .await
                 .unwrap()
@@ -125,7 +157,13 @@ async fn main() {
             offset = r.end_offset;
         }
         read.push(start.elapsed().as_secs_f64());
-        payloads.delete_payload(proto::DeletePayloadRequest { payload_id: stored.id, reason: String::new() }).await.unwrap();
+        payloads
+            .delete_payload(proto::DeletePayloadRequest {
+                payload_id: stored.id,
+                reason: String::new(),
+            })
+            .await
+            .unwrap();
     }
     let _ = stop.send(());
     server.await.unwrap().unwrap();
@@ -133,12 +171,23 @@ async fn main() {
     let rate = |secs: f64| mib as f64 / secs;
     let (rw, rr) = (rate(median(raw_w)), rate(median(raw_r)));
     let (u, d, r) = (rate(median(up)), rate(median(down)), rate(median(read)));
-    println!("payload {mib} MiB, {rounds} rounds, median MiB/s, {} cores", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    println!(
+        "payload {mib} MiB, {rounds} rounds, median MiB/s, {} cores",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    );
     println!("| measurement | MiB/s | reference | ratio |");
     println!("| --- | --- | --- | --- |");
     println!("| raw write + fsync | {rw:.0} | - | - |");
     println!("| raw sequential read (page cache) | {rr:.0} | - | - |");
-    println!("| Upload over gRPC (durable) | {u:.0} | raw write + fsync | {:.2} |", u / rw);
+    println!(
+        "| Upload over gRPC (durable) | {u:.0} | raw write + fsync | {:.2} |",
+        u / rw
+    );
     println!("| Download over gRPC | {d:.0} | raw read | {:.2} |", d / rr);
-    println!("| Read 4 MiB ranges over gRPC | {r:.0} | raw read | {:.2} |", r / rr);
+    println!(
+        "| Read 4 MiB ranges over gRPC | {r:.0} | raw read | {:.2} |",
+        r / rr
+    );
 }

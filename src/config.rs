@@ -251,19 +251,37 @@ impl Config {
             Some(path) => read_file(path)?,
             None => toml::Table::new(),
         };
-        apply_env(&mut tree, env)?;
+        let env_keys = apply_env(&mut tree, env)?;
         if let Some(listen) = &flags.listen {
             tree.insert("listen".into(), toml::Value::String(listen.clone()));
         }
         if let Some(dir) = &flags.data_dir {
-            tree.insert("data_dir".into(), toml::Value::String(dir.display().to_string()));
+            tree.insert(
+                "data_dir".into(),
+                toml::Value::String(dir.display().to_string()),
+            );
         }
         if let Some(engine) = flags.engine {
-            set_path(&mut tree, &["store", "engine"], toml::Value::String(engine.name().into()));
+            set_path(
+                &mut tree,
+                &["store", "engine"],
+                toml::Value::String(engine.name().into()),
+            );
         }
-        let config: Config = toml::Value::Table(tree)
-            .try_into()
-            .map_err(|e: toml::de::Error| ConfigError::Schema(e.message().to_owned()))?;
+        let config: Config =
+            toml::Value::Table(tree)
+                .try_into()
+                .map_err(|e: toml::de::Error| {
+                    let mut message = e.message().to_owned();
+                    // Say where an env-made key came from, so it can be found.
+                    if let Some((var, _)) = env_keys
+                        .iter()
+                        .find(|(_, key)| message.contains(&format!("`{key}`")))
+                    {
+                        message.push_str(&format!(" (from environment variable {var})"));
+                    }
+                    ConfigError::Schema(message)
+                })?;
         config.validate()?;
         Ok(config)
     }
@@ -297,23 +315,39 @@ impl Config {
                 )));
             }
             if t.roles.is_empty() {
-                return Err(ConfigError::Invalid(format!("auth.tokens[{i}] grants no roles")));
+                return Err(ConfigError::Invalid(format!(
+                    "auth.tokens[{i}] grants no roles"
+                )));
             }
         }
         let l = &self.limits;
         let positive = [
             ("limits.max_payload_bytes", l.max_payload_bytes),
-            ("limits.max_request_message_bytes", l.max_request_message_bytes as u64),
-            ("limits.max_response_message_bytes", l.max_response_message_bytes as u64),
+            (
+                "limits.max_request_message_bytes",
+                l.max_request_message_bytes as u64,
+            ),
+            (
+                "limits.max_response_message_bytes",
+                l.max_response_message_bytes as u64,
+            ),
             ("limits.read_default_bytes", l.read_default_bytes),
             ("limits.read_max_bytes", l.read_max_bytes),
             ("limits.download_chunk_bytes", l.download_chunk_bytes as u64),
-            ("limits.max_concurrent_uploads", l.max_concurrent_uploads as u64),
-            ("limits.max_concurrent_streams", u64::from(l.max_concurrent_streams)),
+            (
+                "limits.max_concurrent_uploads",
+                l.max_concurrent_uploads as u64,
+            ),
+            (
+                "limits.max_concurrent_streams",
+                u64::from(l.max_concurrent_streams),
+            ),
             ("limits.max_page_size", u64::from(l.max_page_size)),
         ];
         if let Some((key, _)) = positive.iter().find(|(_, v)| *v == 0) {
-            return Err(ConfigError::Invalid(format!("{key} must be greater than zero")));
+            return Err(ConfigError::Invalid(format!(
+                "{key} must be greater than zero"
+            )));
         }
         if l.read_default_bytes > l.read_max_bytes {
             return Err(ConfigError::Invalid(
@@ -342,15 +376,24 @@ fn read_file(path: &Path) -> Result<toml::Table, ConfigError> {
         path: path.to_owned(),
         source,
     })?;
-    text.parse::<toml::Table>().map_err(|e| ConfigError::Syntax {
-        path: path.to_owned(),
-        message: e.to_string(),
-    })
+    text.parse::<toml::Table>()
+        .map_err(|e| ConfigError::Syntax {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })
 }
 
-fn apply_env(tree: &mut toml::Table, env: &BTreeMap<String, String>) -> Result<(), ConfigError> {
+/// Applies `SPILLWAY_*` variables; returns each variable with the last
+/// segment of the key it set.
+fn apply_env(
+    tree: &mut toml::Table,
+    env: &BTreeMap<String, String>,
+) -> Result<Vec<(String, String)>, ConfigError> {
+    let mut applied = Vec::new();
     for (var, raw) in env {
-        let Some(rest) = var.strip_prefix("SPILLWAY_") else { continue };
+        let Some(rest) = var.strip_prefix("SPILLWAY_") else {
+            continue;
+        };
         if NON_KEY_ENV.contains(&var.as_str()) || rest.is_empty() {
             continue;
         }
@@ -363,8 +406,9 @@ fn apply_env(tree: &mut toml::Table, env: &BTreeMap<String, String>) -> Result<(
         }
         let refs: Vec<&str> = path.iter().map(String::as_str).collect();
         set_path(tree, &refs, env_value(raw));
+        applied.push((var.clone(), path.last().cloned().unwrap_or_default()));
     }
-    Ok(())
+    Ok(applied)
 }
 
 /// Reads an environment value as a TOML scalar when it parses as one
@@ -381,7 +425,9 @@ fn env_value(raw: &str) -> toml::Value {
 }
 
 fn set_path(tree: &mut toml::Table, path: &[&str], value: toml::Value) {
-    let Some((last, parents)) = path.split_last() else { return };
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
     let mut node = tree;
     for key in parents {
         let entry = node
@@ -463,13 +509,20 @@ roles = ["agent"]
         let env = BTreeMap::from([("SPILLWAY_LIMITS__MAX_BANANAS".to_string(), "3".to_string())]);
         let err = Config::load(None, &env, &Overrides::default()).unwrap_err();
         assert!(err.to_string().contains("max_bananas"), "{err}");
+        assert!(
+            err.to_string().contains("SPILLWAY_LIMITS__MAX_BANANAS"),
+            "{err}"
+        );
     }
 
     #[test]
     fn env_reaches_nested_keys_with_typed_values() {
         let env = BTreeMap::from([
             ("SPILLWAY_STORE__ENGINE".to_string(), "sled".to_string()),
-            ("SPILLWAY_LIMITS__MAX_PAYLOAD_BYTES".to_string(), "4096".to_string()),
+            (
+                "SPILLWAY_LIMITS__MAX_PAYLOAD_BYTES".to_string(),
+                "4096".to_string(),
+            ),
         ]);
         let c = Config::load(None, &env, &Overrides::default()).unwrap();
         assert_eq!(c.store.engine, EngineKind::Sled);
@@ -500,7 +553,10 @@ roles = ["agent"]
 
     #[test]
     fn zero_limits_are_refused_by_name() {
-        let env = BTreeMap::from([("SPILLWAY_LIMITS__READ_MAX_BYTES".to_string(), "0".to_string())]);
+        let env = BTreeMap::from([(
+            "SPILLWAY_LIMITS__READ_MAX_BYTES".to_string(),
+            "0".to_string(),
+        )]);
         let err = Config::load(None, &env, &Overrides::default()).unwrap_err();
         assert!(err.to_string().contains("limits.read_max_bytes"), "{err}");
     }

@@ -55,7 +55,9 @@ impl From<ApiError> for Status {
         let code = code_of(&e);
         if code == Code::Internal {
             tracing::error!(error = %e, "internal error");
-            return Status::internal("internal error; the server log has the details. Retry later; if it persists, tell the operator");
+            return Status::internal(
+                "internal error; the server log has the details. Retry later; if it persists, tell the operator",
+            );
         }
         Status::new(code, e.to_string())
     }
@@ -76,7 +78,9 @@ impl From<StoreError> for Status {
 fn code_of(e: &ApiError) -> Code {
     match e {
         ApiError::Auth(AuthError::MissingToken | AuthError::UnknownToken) => Code::Unauthenticated,
-        ApiError::Auth(AuthError::RoleDenied { .. }) | ApiError::Denied(_) => Code::PermissionDenied,
+        ApiError::Auth(AuthError::RoleDenied { .. }) | ApiError::Denied(_) => {
+            Code::PermissionDenied
+        }
         ApiError::Id(_) | ApiError::BadRequest(_) => Code::InvalidArgument,
         ApiError::Hidden { .. } => Code::NotFound,
         ApiError::Limit(_) => Code::ResourceExhausted,
@@ -106,7 +110,8 @@ pub fn oversize_message(limit: usize) -> String {
 
 /// Maps a status produced by tonic while decoding a request.
 pub fn map_decode_status(status: Status, limit: usize) -> Status {
-    if status.code() == Code::OutOfRange && status.message().starts_with(TONIC_DECODE_LIMIT_PREFIX) {
+    if status.code() == Code::OutOfRange && status.message().starts_with(TONIC_DECODE_LIMIT_PREFIX)
+    {
         Status::resource_exhausted(oversize_message(limit))
     } else {
         status
@@ -134,7 +139,10 @@ mod tests {
         }));
         assert_eq!(s.code(), Code::ResourceExhausted);
         assert!(s.message().contains("limits.max_payload_bytes is 10 bytes"));
-        let s = map_decode_status(Status::out_of_range(format!("{TONIC_DECODE_LIMIT_PREFIX}: found 9 bytes")), 4);
+        let s = map_decode_status(
+            Status::out_of_range(format!("{TONIC_DECODE_LIMIT_PREFIX}: found 9 bytes")),
+            4,
+        );
         assert_eq!(s.code(), Code::ResourceExhausted);
         assert!(s.message().contains("(4 bytes)"));
     }

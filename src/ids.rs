@@ -25,15 +25,19 @@ fn random_hex() -> String {
 }
 
 fn parse(s: &str, kind: &'static str, prefix: &'static str) -> Result<String, IdError> {
-    let valid = s
-        .strip_prefix(prefix)
-        .is_some_and(|rest| rest.len() == HEX_LEN && rest.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')));
+    let valid = s.strip_prefix(prefix).is_some_and(|rest| {
+        rest.len() == HEX_LEN && rest.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    });
     if valid {
         Ok(s.to_owned())
     } else {
         // Never echo an unbounded string back into an error message.
         let shown: String = s.chars().take(80).collect();
-        Err(IdError { kind, prefix, shown })
+        Err(IdError {
+            kind,
+            prefix,
+            shown,
+        })
     }
 }
 

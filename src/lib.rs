@@ -38,5 +38,6 @@ pub mod proto {
     include!(concat!(env!("OUT_DIR"), "/spillway.v1.serde.rs"));
 
     /// The encoded descriptor set of every served proto, for reflection.
-    pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/spillway_descriptor.bin"));
+    pub const FILE_DESCRIPTOR_SET: &[u8] =
+        include_bytes!(concat!(env!("OUT_DIR"), "/spillway_descriptor.bin"));
 }

@@ -10,7 +10,10 @@ use spillway::config::{Config, EngineKind, Overrides};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -39,7 +42,13 @@ async fn serve(args: spillway::cli::ServeArgs) -> anyhow::Result<()> {
     let flags = Overrides {
         listen: args.listen,
         data_dir: args.data_dir,
-        engine: args.engine.map(|e| if e == "sled" { EngineKind::Sled } else { EngineKind::Redb }),
+        engine: args.engine.map(|e| {
+            if e == "sled" {
+                EngineKind::Sled
+            } else {
+                EngineKind::Redb
+            }
+        }),
     };
     let config = Config::load(args.config.as_deref(), &env, &flags)?;
     let listener = tokio::net::TcpListener::bind(config.listen).await?;

@@ -47,7 +47,11 @@ pub enum ServerError {
 }
 
 /// Runs the server on `listener` until `shutdown` resolves.
-pub async fn run(config: Config, listener: TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), ServerError> {
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
     run_with_clock(config, listener, Arc::new(SystemClock), shutdown).await
 }
 
@@ -64,7 +68,8 @@ pub async fn run_with_clock(
         if !local.ip().is_loopback() {
             return Err(ServerError::DevModeNotLoopback(local));
         }
-        let (table, dev) = TokenTable::with_dev_token(&config.data_dir).map_err(ServerError::DataDir)?;
+        let (table, dev) =
+            TokenTable::with_dev_token(&config.data_dir).map_err(ServerError::DataDir)?;
         tracing::warn!(
             token_file = %dev.path.display(),
             "dev mode: no tokens configured; generated an admin token for tenant \"dev\" (the CLI finds it by itself)"
@@ -81,9 +86,14 @@ pub async fn run_with_clock(
         session_ttl: config.policy.session_ttl,
     };
     let data_dir = config.data_dir.clone();
-    let (store, report) = tokio::task::spawn_blocking(move || Store::open(&data_dir, settings, clock)).await??;
+    let (store, report) =
+        tokio::task::spawn_blocking(move || Store::open(&data_dir, settings, clock)).await??;
     let store = Arc::new(store);
-    tracing::info!(engine = store.engine_name(), repaired = !report.is_clean(), "store open");
+    tracing::info!(
+        engine = store.engine_name(),
+        repaired = !report.is_clean(),
+        "store open"
+    );
 
     let config = Arc::new(config);
     let state = AppState::new(store.clone(), config.clone());
@@ -98,9 +108,15 @@ pub async fn run_with_clock(
         .max_encoding_message_size(limits.max_response_message_bytes);
 
     let (health_reporter, health) = tonic_health::server::health_reporter();
-    health_reporter.set_serving::<SessionsServer<SessionsService>>().await;
-    health_reporter.set_serving::<PayloadsServer<PayloadsService>>().await;
-    health_reporter.set_service_status("", tonic_health::ServingStatus::Serving).await;
+    health_reporter
+        .set_serving::<SessionsServer<SessionsService>>()
+        .await;
+    health_reporter
+        .set_serving::<PayloadsServer<PayloadsService>>()
+        .await;
+    health_reporter
+        .set_service_status("", tonic_health::ServingStatus::Serving)
+        .await;
 
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
@@ -109,23 +125,30 @@ pub async fn run_with_clock(
         .map_err(|e| ServerError::Reflection(e.to_string()))?;
 
     let request_limit = limits.max_request_message_bytes;
-    let oversize = tower::util::MapResponseLayer::new(move |mut resp: http::Response<tonic::body::Body>| {
-        if let Some(status) = tonic::Status::from_header_map(resp.headers()) {
-            let mapped = map_decode_status(status.clone(), request_limit);
-            if mapped.code() != status.code() {
-                let _ = mapped.add_header(resp.headers_mut());
+    let oversize =
+        tower::util::MapResponseLayer::new(move |mut resp: http::Response<tonic::body::Body>| {
+            if let Some(status) = tonic::Status::from_header_map(resp.headers()) {
+                let mapped = map_decode_status(status.clone(), request_limit);
+                if mapped.code() != status.code() {
+                    let _ = mapped.add_header(resp.headers_mut());
+                }
             }
-        }
-        resp
-    });
+            resp
+        });
 
     let (drain_tx, drain_rx) = tokio::sync::oneshot::channel::<()>();
     let reporter = health_reporter.clone();
     let signal = async move {
         shutdown.await;
-        reporter.set_service_status("", tonic_health::ServingStatus::NotServing).await;
-        reporter.set_not_serving::<SessionsServer<SessionsService>>().await;
-        reporter.set_not_serving::<PayloadsServer<PayloadsService>>().await;
+        reporter
+            .set_service_status("", tonic_health::ServingStatus::NotServing)
+            .await;
+        reporter
+            .set_not_serving::<SessionsServer<SessionsService>>()
+            .await;
+        reporter
+            .set_not_serving::<PayloadsServer<PayloadsService>>()
+            .await;
         let _ = drain_tx.send(());
     };
 

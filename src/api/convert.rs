@@ -46,7 +46,11 @@ pub fn session(s: &SessionRecord, config: &Config) -> proto::Session {
         tenant: s.tenant.clone(),
         owner: s.owner.clone(),
         label: s.label.clone(),
-        labels: s.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        labels: s
+            .labels
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
         state: match s.state {
             SessionState::Open => proto::SessionState::Open,
             SessionState::Closed => proto::SessionState::Closed,
@@ -92,7 +96,11 @@ pub fn receipt(r: &ReceiptRecord) -> proto::DeletionReceipt {
         reason: r.reason.clone(),
         requested_by: r.requested_by.clone(),
         deleted_at: Some(timestamp(r.deleted_ms)),
-        deleted_payload_ids: r.deleted_payload_ids.iter().map(ToString::to_string).collect(),
+        deleted_payload_ids: r
+            .deleted_payload_ids
+            .iter()
+            .map(ToString::to_string)
+            .collect(),
         bytes_deleted: r.bytes_deleted,
         content_sha256: r.content_sha256.clone(),
         signature: r.signature.clone(),

@@ -43,7 +43,12 @@ impl AppState {
     }
 
     /// Loads a session and checks that `principal` may use it through `rpc`.
-    pub async fn session_for(&self, principal: &Principal, rpc: Rpc, raw_id: &str) -> ApiResult<SessionRecord> {
+    pub async fn session_for(
+        &self,
+        principal: &Principal,
+        rpc: Rpc,
+        raw_id: &str,
+    ) -> ApiResult<SessionRecord> {
         access::authorize(principal, rpc)?;
         if raw_id.is_empty() {
             return Err(ApiError::BadRequest("session_id is required".into()));
@@ -56,7 +61,12 @@ impl AppState {
     }
 
     /// Loads a payload and its session, and checks access through `rpc`.
-    pub async fn payload_for(&self, principal: &Principal, rpc: Rpc, raw_id: &str) -> ApiResult<(SessionRecord, PayloadRecord)> {
+    pub async fn payload_for(
+        &self,
+        principal: &Principal,
+        rpc: Rpc,
+        raw_id: &str,
+    ) -> ApiResult<(SessionRecord, PayloadRecord)> {
         access::authorize(principal, rpc)?;
         if raw_id.is_empty() {
             return Err(ApiError::BadRequest("payload_id is required".into()));
@@ -74,10 +84,19 @@ impl AppState {
     }
 }
 
-fn check_session(principal: &Principal, rpc: Rpc, s: &SessionRecord, kind: &'static str, id: &str) -> ApiResult<()> {
+fn check_session(
+    principal: &Principal,
+    rpc: Rpc,
+    s: &SessionRecord,
+    kind: &'static str,
+    id: &str,
+) -> ApiResult<()> {
     match access::session_access(principal, rpc, ownership(s)) {
         Access::Allowed => Ok(()),
-        Access::Hidden => Err(ApiError::Hidden { kind, id: id.to_owned() }),
+        Access::Hidden => Err(ApiError::Hidden {
+            kind,
+            id: id.to_owned(),
+        }),
         Access::Denied(why) => Err(ApiError::Denied(why)),
     }
 }
@@ -127,8 +146,14 @@ impl Authenticator {
 
 impl tonic::service::Interceptor for Authenticator {
     fn call(&mut self, mut req: Request<()>) -> Result<Request<()>, tonic::Status> {
-        let header = req.metadata().get("authorization").and_then(|v| v.to_str().ok());
-        let principal = self.tokens.authenticate(header).map_err(|e| tonic::Status::from(ApiError::from(e)))?;
+        let header = req
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok());
+        let principal = self
+            .tokens
+            .authenticate(header)
+            .map_err(|e| tonic::Status::from(ApiError::from(e)))?;
         req.extensions_mut().insert(principal);
         Ok(req)
     }

@@ -34,7 +34,7 @@ impl PayloadsService {
 }
 
 enum UploadMsg {
-    Data(Vec<u8>),
+    Data(bytes::Bytes),
     Finish,
 }
 
@@ -46,7 +46,10 @@ fn header_meta(h: &proto::UploadHeader) -> Result<UploadMeta, ApiError> {
         ("tool_call_id", &h.tool_call_id),
     ] {
         if value.len() > 512 {
-            return Err(ApiError::BadRequest(format!("header.{field} is {} bytes; at most 512 are allowed", value.len())));
+            return Err(ApiError::BadRequest(format!(
+                "header.{field} is {} bytes; at most 512 are allowed",
+                value.len()
+            )));
         }
     }
     Ok(UploadMeta {
@@ -62,8 +65,16 @@ fn header_meta(h: &proto::UploadHeader) -> Result<UploadMeta, ApiError> {
 
 #[tonic::async_trait]
 impl Payloads for PayloadsService {
-    #[instrument(name = "payloads.upload", skip_all, fields(session_id, payload_id), err(level = "info"))]
-    async fn upload(&self, req: Request<Streaming<proto::UploadChunk>>) -> Result<Response<proto::Payload>, Status> {
+    #[instrument(
+        name = "payloads.upload",
+        skip_all,
+        fields(session_id, payload_id),
+        err(level = "info")
+    )]
+    async fn upload(
+        &self,
+        req: Request<Streaming<proto::UploadChunk>>,
+    ) -> Result<Response<proto::Payload>, Status> {
         let p = principal(&req)?;
         crate::auth::access::authorize(&p, Rpc::Upload)?;
         let limits = &self.state.config.limits;
@@ -79,12 +90,20 @@ impl Payloads for PayloadsService {
             .message()
             .await
             .map_err(|s| map_decode_status(s, decode_limit))?
-            .ok_or_else(|| ApiError::BadRequest("empty upload: the first chunk must carry the header".into()))?;
+            .ok_or_else(|| {
+                ApiError::BadRequest("empty upload: the first chunk must carry the header".into())
+            })?;
         let Some(Chunk::Header(header)) = first.chunk else {
-            return Err(ApiError::BadRequest("the first upload chunk must carry the header, not data".into()).into());
+            return Err(ApiError::BadRequest(
+                "the first upload chunk must carry the header, not data".into(),
+            )
+            .into());
         };
         let meta = header_meta(&header)?;
-        let session = self.state.session_for(&p, Rpc::Upload, &header.session_id).await?;
+        let session = self
+            .state
+            .session_for(&p, Rpc::Upload, &header.session_id)
+            .await?;
         tracing::Span::current().record("session_id", tracing::field::display(&session.id));
 
         let (tx, mut rx) = mpsc::channel::<UploadMsg>(UPLOAD_QUEUE);
@@ -105,13 +124,23 @@ impl Payloads for PayloadsService {
         let mut client_error: Option<Status> = None;
         loop {
             match stream.message().await {
-                Ok(Some(proto::UploadChunk { chunk: Some(Chunk::Data(d)) })) => {
+                Ok(Some(proto::UploadChunk {
+                    chunk: Some(Chunk::Data(d)),
+                })) => {
                     if tx.send(UploadMsg::Data(d)).await.is_err() {
                         break; // the writer failed; its error is reported below
                     }
                 }
-                Ok(Some(proto::UploadChunk { chunk: Some(Chunk::Header(_)) })) => {
-                    client_error = Some(ApiError::BadRequest("a second header arrived; send the header once, in the first chunk".into()).into());
+                Ok(Some(proto::UploadChunk {
+                    chunk: Some(Chunk::Header(_)),
+                })) => {
+                    client_error = Some(
+                        ApiError::BadRequest(
+                            "a second header arrived; send the header once, in the first chunk"
+                                .into(),
+                        )
+                        .into(),
+                    );
                     break;
                 }
                 Ok(Some(proto::UploadChunk { chunk: None })) => {}
@@ -126,7 +155,9 @@ impl Payloads for PayloadsService {
             }
         }
         drop(tx);
-        let outcome = writer.await.map_err(|e| ApiError::Internal(format!("upload writer failed: {e}")))?;
+        let outcome = writer
+            .await
+            .map_err(|e| ApiError::Internal(format!("upload writer failed: {e}")))?;
         if let Some(status) = client_error {
             return Err(status);
         }
@@ -136,23 +167,37 @@ impl Payloads for PayloadsService {
                 tracing::info!(bytes = record.size, sha256 = %record.sha256, "payload stored");
                 Ok(Response::new(convert::payload(&record)))
             }
-            Ok(None) => Err(Status::cancelled("the upload stream ended early; nothing was stored")),
+            Ok(None) => Err(Status::cancelled(
+                "the upload stream ended early; nothing was stored",
+            )),
             Err(e) => Err(ApiError::from(e).into()),
         }
     }
 
     #[instrument(name = "payloads.stat", skip_all, err(level = "info"))]
-    async fn stat(&self, req: Request<proto::PayloadRequest>) -> Result<Response<proto::Payload>, Status> {
+    async fn stat(
+        &self,
+        req: Request<proto::PayloadRequest>,
+    ) -> Result<Response<proto::Payload>, Status> {
         let p = principal(&req)?;
-        let (_, payload) = self.state.payload_for(&p, Rpc::Stat, &req.get_ref().payload_id).await?;
+        let (_, payload) = self
+            .state
+            .payload_for(&p, Rpc::Stat, &req.get_ref().payload_id)
+            .await?;
         Ok(Response::new(convert::payload(&payload)))
     }
 
     #[instrument(name = "payloads.list", skip_all, err(level = "info"))]
-    async fn list_payloads(&self, req: Request<proto::ListPayloadsRequest>) -> Result<Response<proto::ListPayloadsResponse>, Status> {
+    async fn list_payloads(
+        &self,
+        req: Request<proto::ListPayloadsRequest>,
+    ) -> Result<Response<proto::ListPayloadsResponse>, Status> {
         let p = principal(&req)?;
         let r = req.into_inner();
-        let session = self.state.session_for(&p, Rpc::ListPayloads, &r.session_id).await?;
+        let session = self
+            .state
+            .session_for(&p, Rpc::ListPayloads, &r.session_id)
+            .await?;
         let size = page_size(r.page_size, self.state.config.limits.max_page_size);
         let store = self.state.store.clone();
         let page = blocking(move || store.list_payloads(&session.id, &r.page_token, size)).await?;
@@ -163,7 +208,10 @@ impl Payloads for PayloadsService {
     }
 
     #[instrument(name = "payloads.read", skip_all, err(level = "info"))]
-    async fn read(&self, req: Request<proto::ReadRequest>) -> Result<Response<proto::ReadResponse>, Status> {
+    async fn read(
+        &self,
+        req: Request<proto::ReadRequest>,
+    ) -> Result<Response<proto::ReadResponse>, Status> {
         let p = principal(&req)?;
         let r = req.into_inner();
         let (_, payload) = self.state.payload_for(&p, Rpc::Read, &r.payload_id).await?;
@@ -173,7 +221,10 @@ impl Payloads for PayloadsService {
             n => n.min(limits.read_max_bytes),
         };
         let spec = match r.range {
-            None => ReadSpec::Bytes { offset: 0, length: 0 },
+            None => ReadSpec::Bytes {
+                offset: 0,
+                length: 0,
+            },
             Some(proto::read_request::Range::ByteRange(b)) => ReadSpec::Bytes {
                 offset: b.offset,
                 length: b.length,
@@ -201,9 +252,15 @@ impl Payloads for PayloadsService {
     type DownloadStream = ReceiverStream<Result<proto::DataChunk, Status>>;
 
     #[instrument(name = "payloads.download", skip_all, err(level = "info"))]
-    async fn download(&self, req: Request<proto::PayloadRequest>) -> Result<Response<Self::DownloadStream>, Status> {
+    async fn download(
+        &self,
+        req: Request<proto::PayloadRequest>,
+    ) -> Result<Response<Self::DownloadStream>, Status> {
         let p = principal(&req)?;
-        let (_, payload) = self.state.payload_for(&p, Rpc::Download, &req.get_ref().payload_id).await?;
+        let (_, payload) = self
+            .state
+            .payload_for(&p, Rpc::Download, &req.get_ref().payload_id)
+            .await?;
         let store = self.state.store.clone();
         let record = payload.clone();
         let mut file = blocking(move || store.open_payload(&record)).await?;
@@ -220,7 +277,7 @@ impl Payloads for PayloadsService {
                         return;
                     }
                 };
-                let data = buf[..n].to_vec();
+                let data = bytes::Bytes::copy_from_slice(&buf[..n]);
                 if tx.blocking_send(Ok(proto::DataChunk { data })).is_err() {
                     return; // the client went away
                 }
@@ -231,10 +288,16 @@ impl Payloads for PayloadsService {
     }
 
     #[instrument(name = "payloads.delete", skip_all, err(level = "info"))]
-    async fn delete_payload(&self, req: Request<proto::DeletePayloadRequest>) -> Result<Response<proto::DeletionReceipt>, Status> {
+    async fn delete_payload(
+        &self,
+        req: Request<proto::DeletePayloadRequest>,
+    ) -> Result<Response<proto::DeletionReceipt>, Status> {
         let p = principal(&req)?;
         let r = req.into_inner();
-        let (_, payload) = self.state.payload_for(&p, Rpc::DeletePayload, &r.payload_id).await?;
+        let (_, payload) = self
+            .state
+            .payload_for(&p, Rpc::DeletePayload, &r.payload_id)
+            .await?;
         if r.reason.len() > 1024 {
             return Err(ApiError::BadRequest("reason is longer than 1024 bytes".into()).into());
         }

@@ -33,7 +33,10 @@ impl SessionsService {
 
 fn check_len(field: &str, value: &str) -> Result<(), ApiError> {
     if value.len() > MAX_LABEL {
-        return Err(ApiError::BadRequest(format!("{field} is {} bytes; at most {MAX_LABEL} are allowed", value.len())));
+        return Err(ApiError::BadRequest(format!(
+            "{field} is {} bytes; at most {MAX_LABEL} are allowed",
+            value.len()
+        )));
     }
     Ok(())
 }
@@ -41,13 +44,19 @@ fn check_len(field: &str, value: &str) -> Result<(), ApiError> {
 #[tonic::async_trait]
 impl Sessions for SessionsService {
     #[instrument(name = "sessions.create", skip_all, err(level = "info"))]
-    async fn create_session(&self, req: Request<proto::CreateSessionRequest>) -> Result<Response<proto::Session>, Status> {
+    async fn create_session(
+        &self,
+        req: Request<proto::CreateSessionRequest>,
+    ) -> Result<Response<proto::Session>, Status> {
         let p = principal(&req)?;
         access::authorize(&p, Rpc::CreateSession)?;
         let r = req.into_inner();
         check_len("label", &r.label)?;
         if r.labels.len() > MAX_ENTRIES || r.share_with.len() > MAX_ENTRIES {
-            return Err(ApiError::BadRequest(format!("at most {MAX_ENTRIES} labels and {MAX_ENTRIES} share_with entries are allowed")).into());
+            return Err(ApiError::BadRequest(format!(
+                "at most {MAX_ENTRIES} labels and {MAX_ENTRIES} share_with entries are allowed"
+            ))
+            .into());
         }
         for (k, v) in &r.labels {
             check_len("a label key", k)?;
@@ -59,7 +68,10 @@ impl Sessions for SessionsService {
         let parent = if r.parent_session_id.is_empty() {
             None
         } else {
-            let parent = self.state.session_for(&p, Rpc::GetSession, &r.parent_session_id).await?;
+            let parent = self
+                .state
+                .session_for(&p, Rpc::GetSession, &r.parent_session_id)
+                .await?;
             Some(parent.id)
         };
         let new = NewSession {
@@ -77,14 +89,23 @@ impl Sessions for SessionsService {
     }
 
     #[instrument(name = "sessions.get", skip_all, err(level = "info"))]
-    async fn get_session(&self, req: Request<proto::GetSessionRequest>) -> Result<Response<proto::Session>, Status> {
+    async fn get_session(
+        &self,
+        req: Request<proto::GetSessionRequest>,
+    ) -> Result<Response<proto::Session>, Status> {
         let p = principal(&req)?;
-        let s = self.state.session_for(&p, Rpc::GetSession, &req.get_ref().session_id).await?;
+        let s = self
+            .state
+            .session_for(&p, Rpc::GetSession, &req.get_ref().session_id)
+            .await?;
         Ok(Response::new(convert::session(&s, &self.state.config)))
     }
 
     #[instrument(name = "sessions.list", skip_all, err(level = "info"))]
-    async fn list_sessions(&self, req: Request<proto::ListSessionsRequest>) -> Result<Response<proto::ListSessionsResponse>, Status> {
+    async fn list_sessions(
+        &self,
+        req: Request<proto::ListSessionsRequest>,
+    ) -> Result<Response<proto::ListSessionsResponse>, Status> {
         let p = principal(&req)?;
         access::authorize(&p, Rpc::ListSessions)?;
         let r = req.into_inner();
@@ -96,27 +117,44 @@ impl Sessions for SessionsService {
             Ok(proto::SessionState::Deleted) => {
                 return Ok(Response::new(proto::ListSessionsResponse::default()));
             }
-            Err(_) => return Err(ApiError::BadRequest(format!("state {} is not a SessionState", r.state)).into()),
+            Err(_) => {
+                return Err(ApiError::BadRequest(format!(
+                    "state {} is not a SessionState",
+                    r.state
+                ))
+                .into());
+            }
         };
         let size = page_size(r.page_size, self.state.config.limits.max_page_size);
         let store = self.state.store.clone();
         let principal = p.clone();
         let page = blocking(move || {
             store.list_sessions(&principal.tenant, &r.page_token, size, &|s| {
-                want.is_none_or(|w| s.state == w) && access::can_see(&principal, super::ownership(s))
+                want.is_none_or(|w| s.state == w)
+                    && access::can_see(&principal, super::ownership(s))
             })
         })
         .await?;
         Ok(Response::new(proto::ListSessionsResponse {
-            sessions: page.items.iter().map(|s| convert::session(s, &self.state.config)).collect(),
+            sessions: page
+                .items
+                .iter()
+                .map(|s| convert::session(s, &self.state.config))
+                .collect(),
             next_page_token: page.next_token,
         }))
     }
 
     #[instrument(name = "sessions.close", skip_all, err(level = "info"))]
-    async fn close_session(&self, req: Request<proto::CloseSessionRequest>) -> Result<Response<proto::Session>, Status> {
+    async fn close_session(
+        &self,
+        req: Request<proto::CloseSessionRequest>,
+    ) -> Result<Response<proto::Session>, Status> {
         let p = principal(&req)?;
-        let s = self.state.session_for(&p, Rpc::CloseSession, &req.get_ref().session_id).await?;
+        let s = self
+            .state
+            .session_for(&p, Rpc::CloseSession, &req.get_ref().session_id)
+            .await?;
         let store = self.state.store.clone();
         let s = blocking(move || store.close_session(&s.id)).await?;
         tracing::info!(session_id = %s.id, principal = %p.id, "session closed");
@@ -124,10 +162,16 @@ impl Sessions for SessionsService {
     }
 
     #[instrument(name = "sessions.delete", skip_all, err(level = "info"))]
-    async fn delete_session(&self, req: Request<proto::DeleteSessionRequest>) -> Result<Response<proto::DeletionReceipt>, Status> {
+    async fn delete_session(
+        &self,
+        req: Request<proto::DeleteSessionRequest>,
+    ) -> Result<Response<proto::DeletionReceipt>, Status> {
         let p = principal(&req)?;
         let r = req.into_inner();
-        let s = self.state.session_for(&p, Rpc::DeleteSession, &r.session_id).await?;
+        let s = self
+            .state
+            .session_for(&p, Rpc::DeleteSession, &r.session_id)
+            .await?;
         check_len("reason", &r.reason)?;
         let store = self.state.store.clone();
         let id: SessionId = s.id.clone();

@@ -68,21 +68,81 @@ use SessionUse as U;
 
 /// The table the server enforces and the tests enumerate.
 pub const TABLE: &[Rule] = &[
-    rule(Rpc::CreateSession, "spillway.v1.Sessions/CreateSession", &[Agent, Admin], U::None),
-    rule(Rpc::GetSession, "spillway.v1.Sessions/GetSession", &[Agent, Admin, Compliance], U::Metadata),
-    rule(Rpc::ListSessions, "spillway.v1.Sessions/ListSessions", &[Agent, Admin, Compliance], U::None),
-    rule(Rpc::CloseSession, "spillway.v1.Sessions/CloseSession", &[Agent, Admin], U::Manage),
-    rule(Rpc::DeleteSession, "spillway.v1.Sessions/DeleteSession", &[Agent, Admin, Compliance], U::Manage),
-    rule(Rpc::Upload, "spillway.v1.Payloads/Upload", &[Agent, Admin], U::Write),
-    rule(Rpc::Stat, "spillway.v1.Payloads/Stat", &[Agent, Admin, Compliance], U::Metadata),
-    rule(Rpc::ListPayloads, "spillway.v1.Payloads/ListPayloads", &[Agent, Admin, Compliance], U::Metadata),
-    rule(Rpc::Read, "spillway.v1.Payloads/Read", &[Agent, Admin, Compliance], U::Content),
-    rule(Rpc::Download, "spillway.v1.Payloads/Download", &[Agent, Admin, Compliance], U::Content),
-    rule(Rpc::DeletePayload, "spillway.v1.Payloads/DeletePayload", &[Agent, Admin, Compliance], U::Manage),
+    rule(
+        Rpc::CreateSession,
+        "spillway.v1.Sessions/CreateSession",
+        &[Agent, Admin],
+        U::None,
+    ),
+    rule(
+        Rpc::GetSession,
+        "spillway.v1.Sessions/GetSession",
+        &[Agent, Admin, Compliance],
+        U::Metadata,
+    ),
+    rule(
+        Rpc::ListSessions,
+        "spillway.v1.Sessions/ListSessions",
+        &[Agent, Admin, Compliance],
+        U::None,
+    ),
+    rule(
+        Rpc::CloseSession,
+        "spillway.v1.Sessions/CloseSession",
+        &[Agent, Admin],
+        U::Manage,
+    ),
+    rule(
+        Rpc::DeleteSession,
+        "spillway.v1.Sessions/DeleteSession",
+        &[Agent, Admin, Compliance],
+        U::Manage,
+    ),
+    rule(
+        Rpc::Upload,
+        "spillway.v1.Payloads/Upload",
+        &[Agent, Admin],
+        U::Write,
+    ),
+    rule(
+        Rpc::Stat,
+        "spillway.v1.Payloads/Stat",
+        &[Agent, Admin, Compliance],
+        U::Metadata,
+    ),
+    rule(
+        Rpc::ListPayloads,
+        "spillway.v1.Payloads/ListPayloads",
+        &[Agent, Admin, Compliance],
+        U::Metadata,
+    ),
+    rule(
+        Rpc::Read,
+        "spillway.v1.Payloads/Read",
+        &[Agent, Admin, Compliance],
+        U::Content,
+    ),
+    rule(
+        Rpc::Download,
+        "spillway.v1.Payloads/Download",
+        &[Agent, Admin, Compliance],
+        U::Content,
+    ),
+    rule(
+        Rpc::DeletePayload,
+        "spillway.v1.Payloads/DeletePayload",
+        &[Agent, Admin, Compliance],
+        U::Manage,
+    ),
 ];
 
 const fn rule(rpc: Rpc, method: &'static str, roles: &'static [Role], session: SessionUse) -> Rule {
-    Rule { rpc, method, roles, session }
+    Rule {
+        rpc,
+        method,
+        roles,
+        session,
+    }
 }
 
 impl Rpc {
@@ -125,7 +185,13 @@ pub fn authorize(principal: &Principal, rpc: Rpc) -> Result<(), AuthError> {
     if rule.roles.iter().any(|r| principal.has(*r)) {
         return Ok(());
     }
-    let join = |roles: &[Role]| roles.iter().map(|r| r.name()).collect::<Vec<_>>().join(", ");
+    let join = |roles: &[Role]| {
+        roles
+            .iter()
+            .map(|r| r.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     Err(AuthError::RoleDenied {
         principal: principal.id.clone(),
         roles: join(&principal.roles),
@@ -143,7 +209,7 @@ pub fn session_access(principal: &Principal, rpc: Rpc, session: SessionOwnership
         return Access::Allowed;
     }
     let owner = principal.id == session.owner;
-    let shared = session.share_with.iter().any(|p| *p == principal.id);
+    let shared = session.share_with.contains(&principal.id);
     let agent = principal.has(Agent) && (owner || shared);
     let compliance = principal.has(Compliance);
     if !agent && !compliance {
@@ -219,25 +285,49 @@ mod tests {
         let share = vec!["bob".to_string()];
         let mallory = p("mallory", "acme", &[Agent]);
         let foreign_admin = p("root", "other", &[Admin]);
-        assert_eq!(session_access(&mallory, Rpc::Stat, owned(&share)), Access::Hidden);
-        assert_eq!(session_access(&foreign_admin, Rpc::Stat, owned(&share)), Access::Hidden);
+        assert_eq!(
+            session_access(&mallory, Rpc::Stat, owned(&share)),
+            Access::Hidden
+        );
+        assert_eq!(
+            session_access(&foreign_admin, Rpc::Stat, owned(&share)),
+            Access::Hidden
+        );
     }
 
     #[test]
     fn shared_agent_reads_and_writes_but_does_not_delete() {
         let share = vec!["bob".to_string()];
         let bob = p("bob", "acme", &[Agent]);
-        assert_eq!(session_access(&bob, Rpc::Read, owned(&share)), Access::Allowed);
-        assert_eq!(session_access(&bob, Rpc::Upload, owned(&share)), Access::Allowed);
-        assert!(matches!(session_access(&bob, Rpc::DeleteSession, owned(&share)), Access::Denied(_)));
+        assert_eq!(
+            session_access(&bob, Rpc::Read, owned(&share)),
+            Access::Allowed
+        );
+        assert_eq!(
+            session_access(&bob, Rpc::Upload, owned(&share)),
+            Access::Allowed
+        );
+        assert!(matches!(
+            session_access(&bob, Rpc::DeleteSession, owned(&share)),
+            Access::Denied(_)
+        ));
     }
 
     #[test]
     fn compliance_manages_but_cannot_read_content_unless_granted() {
         let c = p("carol", "acme", &[Compliance]);
-        assert_eq!(session_access(&c, Rpc::DeletePayload, owned(&[])), Access::Allowed);
-        assert!(matches!(session_access(&c, Rpc::Read, owned(&[])), Access::Denied(_)));
-        let granted = SessionOwnership { compliance_can_read: true, ..owned(&[]) };
+        assert_eq!(
+            session_access(&c, Rpc::DeletePayload, owned(&[])),
+            Access::Allowed
+        );
+        assert!(matches!(
+            session_access(&c, Rpc::Read, owned(&[])),
+            Access::Denied(_)
+        ));
+        let granted = SessionOwnership {
+            compliance_can_read: true,
+            ..owned(&[])
+        };
         assert_eq!(session_access(&c, Rpc::Read, granted), Access::Allowed);
     }
 
@@ -245,6 +335,9 @@ mod tests {
     fn auditor_role_cannot_call_session_rpcs() {
         let a = p("audrey", "acme", &[Role::Auditor]);
         let err = authorize(&a, Rpc::Read).unwrap_err().to_string();
-        assert!(err.contains("auditor") && err.contains("Payloads/Read"), "{err}");
+        assert!(
+            err.contains("auditor") && err.contains("Payloads/Read"),
+            "{err}"
+        );
     }
 }

@@ -86,7 +86,10 @@ impl TokenTable {
         if token.is_empty() {
             return Err(AuthError::MissingToken);
         }
-        self.by_digest.get(&digest(token)).cloned().ok_or(AuthError::UnknownToken)
+        self.by_digest
+            .get(&digest(token))
+            .cloned()
+            .ok_or(AuthError::UnknownToken)
     }
 }
 
@@ -127,17 +130,32 @@ mod tests {
     fn accepts_plain_and_hashed_tokens() {
         let sha = hex::encode(Sha256::digest(b"hashed-secret"));
         let table = TokenTable::from_config(&[entry(Some("s3cret"), None), entry(None, Some(sha))]);
-        assert_eq!(table.authenticate(Some("Bearer s3cret")).unwrap().tenant, "acme");
-        assert_eq!(table.authenticate(Some("Bearer hashed-secret")).unwrap().id, "agent-a");
+        assert_eq!(
+            table.authenticate(Some("Bearer s3cret")).unwrap().tenant,
+            "acme"
+        );
+        assert_eq!(
+            table.authenticate(Some("Bearer hashed-secret")).unwrap().id,
+            "agent-a"
+        );
     }
 
     #[test]
     fn refuses_missing_malformed_and_unknown_tokens() {
         let table = TokenTable::from_config(&[entry(Some("s3cret"), None)]);
         assert_eq!(table.authenticate(None), Err(AuthError::MissingToken));
-        assert_eq!(table.authenticate(Some("s3cret")), Err(AuthError::MissingToken));
-        assert_eq!(table.authenticate(Some("Bearer ")), Err(AuthError::MissingToken));
-        assert_eq!(table.authenticate(Some("Bearer nope")), Err(AuthError::UnknownToken));
+        assert_eq!(
+            table.authenticate(Some("s3cret")),
+            Err(AuthError::MissingToken)
+        );
+        assert_eq!(
+            table.authenticate(Some("Bearer ")),
+            Err(AuthError::MissingToken)
+        );
+        assert_eq!(
+            table.authenticate(Some("Bearer nope")),
+            Err(AuthError::UnknownToken)
+        );
     }
 
     #[test]
@@ -148,7 +166,9 @@ mod tests {
         let mode = std::fs::metadata(&dev.path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
         let token = std::fs::read_to_string(&dev.path).unwrap();
-        let p = table.authenticate(Some(&format!("Bearer {token}"))).unwrap();
+        let p = table
+            .authenticate(Some(&format!("Bearer {token}")))
+            .unwrap();
         assert_eq!((p.id.as_str(), p.tenant.as_str()), ("dev", "dev"));
         assert!(p.has(Role::Admin));
     }

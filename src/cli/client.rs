@@ -23,7 +23,11 @@ pub const DEFAULT_ADDR: &str = "127.0.0.1:50051";
 impl ClientSettings {
     /// Resolves settings from flags/env (already merged by clap) and, when no
     /// token is given, the dev token in the local data directory.
-    pub fn resolve(addr: Option<&str>, token: Option<&str>, data_dir: Option<&Path>) -> anyhow::Result<Self> {
+    pub fn resolve(
+        addr: Option<&str>,
+        token: Option<&str>,
+        data_dir: Option<&Path>,
+    ) -> anyhow::Result<Self> {
         let addr = addr.unwrap_or(DEFAULT_ADDR);
         let endpoint = if addr.starts_with("http://") || addr.starts_with("https://") {
             addr.to_owned()
@@ -33,7 +37,9 @@ impl ClientSettings {
         let token = match token {
             Some(t) if !t.is_empty() => t.to_owned(),
             _ => {
-                let dir = data_dir.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("./spillway-data"));
+                let dir = data_dir
+                    .map(Path::to_path_buf)
+                    .unwrap_or_else(|| PathBuf::from("./spillway-data"));
                 let file = dir.join(crate::auth::tokens::DEV_TOKEN_FILE);
                 match std::fs::read_to_string(&file) {
                     Ok(t) => t.trim().to_owned(),
@@ -63,10 +69,12 @@ impl Interceptor for Bearer {
 pub async fn connect(settings: &ClientSettings) -> anyhow::Result<(Channel, Bearer)> {
     let endpoint = Endpoint::from_shared(settings.endpoint.clone())
         .with_context(|| format!("invalid server address {}", settings.endpoint))?;
-    let channel = endpoint
-        .connect()
-        .await
-        .with_context(|| format!("cannot connect to {}; is `spillway serve` running?", settings.endpoint))?;
+    let channel = endpoint.connect().await.with_context(|| {
+        format!(
+            "cannot connect to {}; is `spillway serve` running?",
+            settings.endpoint
+        )
+    })?;
     let value = format!("Bearer {}", settings.token)
         .parse()
         .context("the token contains characters that cannot go in a header")?;

@@ -27,7 +27,11 @@ struct Clients {
 /// Runs a client subcommand against the server.
 pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
     let data_dir = std::env::var_os("SPILLWAY_DATA_DIR").map(std::path::PathBuf::from);
-    let settings = ClientSettings::resolve(cli.addr.as_deref(), cli.token.as_deref(), data_dir.as_deref())?;
+    let settings = ClientSettings::resolve(
+        cli.addr.as_deref(),
+        cli.token.as_deref(),
+        data_dir.as_deref(),
+    )?;
     let (channel, bearer) = connect(&settings).await?;
     let mut c = Clients {
         sessions: SessionsClient::with_interceptor(channel.clone(), bearer.clone()),
@@ -47,7 +51,11 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             tool_call_id,
             sha256,
         } => {
-            let name = name.unwrap_or_else(|| file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default());
+            let name = name.unwrap_or_else(|| {
+                file.file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            });
             let header = proto::UploadHeader {
                 session_id: session,
                 name,
@@ -58,11 +66,27 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 is_error: false,
             };
             let p = upload(&mut c, header, &file).await?;
-            if json { output::json(&p) } else { output::payload(&p); Ok(()) }
+            if json {
+                output::json(&p)
+            } else {
+                output::payload(&p);
+                Ok(())
+            }
         }
         Command::Stat { payload } => {
-            let p = c.payloads.stat(proto::PayloadRequest { payload_id: payload }).await?.into_inner();
-            if json { output::json(&p) } else { output::payload(&p); Ok(()) }
+            let p = c
+                .payloads
+                .stat(proto::PayloadRequest {
+                    payload_id: payload,
+                })
+                .await?
+                .into_inner();
+            if json {
+                output::json(&p)
+            } else {
+                output::payload(&p);
+                Ok(())
+            }
         }
         Command::Ls { session } => {
             let mut token = String::new();
@@ -87,21 +111,36 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 token = page.next_page_token;
             }
         }
-        Command::Read { payload, lines, bytes, max_bytes } => {
+        Command::Read {
+            payload,
+            lines,
+            bytes,
+            max_bytes,
+        } => {
             let range = match (lines, bytes) {
                 (Some(l), _) => {
                     let (a, b) = split_range(&l, "--lines")?;
-                    Some(proto::read_request::Range::LineRange(proto::LineRange { start_line: a, end_line: b }))
+                    Some(proto::read_request::Range::LineRange(proto::LineRange {
+                        start_line: a,
+                        end_line: b,
+                    }))
                 }
                 (None, Some(b)) => {
                     let (offset, length) = split_range(&b, "--bytes")?;
-                    Some(proto::read_request::Range::ByteRange(proto::ByteRange { offset, length }))
+                    Some(proto::read_request::Range::ByteRange(proto::ByteRange {
+                        offset,
+                        length,
+                    }))
                 }
                 (None, None) => None,
             };
             let r = c
                 .payloads
-                .read(proto::ReadRequest { payload_id: payload, max_bytes, range })
+                .read(proto::ReadRequest {
+                    payload_id: payload,
+                    max_bytes,
+                    range,
+                })
                 .await?
                 .into_inner();
             if json {
@@ -123,12 +162,28 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             );
             Ok(())
         }
-        Command::Download { payload, output: out } => {
-            let stat = c.payloads.stat(proto::PayloadRequest { payload_id: payload.clone() }).await?.into_inner();
-            let mut stream = c.payloads.download(proto::PayloadRequest { payload_id: payload }).await?.into_inner();
+        Command::Download {
+            payload,
+            output: out,
+        } => {
+            let stat = c
+                .payloads
+                .stat(proto::PayloadRequest {
+                    payload_id: payload.clone(),
+                })
+                .await?
+                .into_inner();
+            let mut stream = c
+                .payloads
+                .download(proto::PayloadRequest {
+                    payload_id: payload,
+                })
+                .await?
+                .into_inner();
             let mut sink: Box<dyn Write> = match &out {
                 Some(path) => Box::new(std::io::BufWriter::new(
-                    std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
+                    std::fs::File::create(path)
+                        .with_context(|| format!("cannot create {}", path.display()))?,
                 )),
                 None => Box::new(std::io::stdout().lock()),
             };
@@ -152,20 +207,35 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
         Command::Rm { payload, reason } => {
             let r = c
                 .payloads
-                .delete_payload(proto::DeletePayloadRequest { payload_id: payload, reason })
+                .delete_payload(proto::DeletePayloadRequest {
+                    payload_id: payload,
+                    reason,
+                })
                 .await?
                 .into_inner();
-            if json { output::json(&r) } else { output::receipt(&r); Ok(()) }
+            if json {
+                output::json(&r)
+            } else {
+                output::receipt(&r);
+                Ok(())
+            }
         }
     }
 }
 
 async fn session(c: &mut Clients, cmd: SessionCommand, json: bool) -> anyhow::Result<()> {
     match cmd {
-        SessionCommand::Create { label, labels, share_with, parent } => {
+        SessionCommand::Create {
+            label,
+            labels,
+            share_with,
+            parent,
+        } => {
             let mut map = std::collections::HashMap::new();
             for kv in labels {
-                let (k, v) = kv.split_once('=').with_context(|| format!("label {kv:?} is not KEY=VALUE"))?;
+                let (k, v) = kv
+                    .split_once('=')
+                    .with_context(|| format!("label {kv:?} is not KEY=VALUE"))?;
                 map.insert(k.to_owned(), v.to_owned());
             }
             let s = c
@@ -179,11 +249,27 @@ async fn session(c: &mut Clients, cmd: SessionCommand, json: bool) -> anyhow::Re
                 })
                 .await?
                 .into_inner();
-            if json { output::json(&s) } else { output::session(&s); Ok(()) }
+            if json {
+                output::json(&s)
+            } else {
+                output::session(&s);
+                Ok(())
+            }
         }
         SessionCommand::Get { session } => {
-            let s = c.sessions.get_session(proto::GetSessionRequest { session_id: session }).await?.into_inner();
-            if json { output::json(&s) } else { output::session(&s); Ok(()) }
+            let s = c
+                .sessions
+                .get_session(proto::GetSessionRequest {
+                    session_id: session,
+                })
+                .await?
+                .into_inner();
+            if json {
+                output::json(&s)
+            } else {
+                output::session(&s);
+                Ok(())
+            }
         }
         SessionCommand::Ls { state } => {
             let state = match state.as_deref() {
@@ -195,7 +281,11 @@ async fn session(c: &mut Clients, cmd: SessionCommand, json: bool) -> anyhow::Re
             loop {
                 let page = c
                     .sessions
-                    .list_sessions(proto::ListSessionsRequest { page_size: 1000, page_token: token, state })
+                    .list_sessions(proto::ListSessionsRequest {
+                        page_size: 1000,
+                        page_token: token,
+                        state,
+                    })
                     .await?
                     .into_inner();
                 if json {
@@ -210,25 +300,52 @@ async fn session(c: &mut Clients, cmd: SessionCommand, json: bool) -> anyhow::Re
             }
         }
         SessionCommand::Close { session } => {
-            let s = c.sessions.close_session(proto::CloseSessionRequest { session_id: session }).await?.into_inner();
-            if json { output::json(&s) } else { output::session(&s); Ok(()) }
+            let s = c
+                .sessions
+                .close_session(proto::CloseSessionRequest {
+                    session_id: session,
+                })
+                .await?
+                .into_inner();
+            if json {
+                output::json(&s)
+            } else {
+                output::session(&s);
+                Ok(())
+            }
         }
         SessionCommand::Rm { session, reason } => {
             let r = c
                 .sessions
-                .delete_session(proto::DeleteSessionRequest { session_id: session, reason })
+                .delete_session(proto::DeleteSessionRequest {
+                    session_id: session,
+                    reason,
+                })
                 .await?
                 .into_inner();
-            if json { output::json(&r) } else { output::receipt(&r); Ok(()) }
+            if json {
+                output::json(&r)
+            } else {
+                output::receipt(&r);
+                Ok(())
+            }
         }
     }
 }
 
-async fn upload(c: &mut Clients, header: proto::UploadHeader, path: &std::path::Path) -> anyhow::Result<proto::Payload> {
-    let mut file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+async fn upload(
+    c: &mut Clients,
+    header: proto::UploadHeader,
+    path: &std::path::Path,
+) -> anyhow::Result<proto::Payload> {
+    let mut file =
+        std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let size = file.metadata()?.len();
     let (tx, rx) = mpsc::channel(4);
-    tx.send(proto::UploadChunk { chunk: Some(proto::upload_chunk::Chunk::Header(header)) }).await?;
+    tx.send(proto::UploadChunk {
+        chunk: Some(proto::upload_chunk::Chunk::Header(header)),
+    })
+    .await?;
     let bar = progress(size);
     let reader_bar = bar.clone();
     let reader = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
@@ -239,7 +356,11 @@ async fn upload(c: &mut Clients, header: proto::UploadHeader, path: &std::path::
                 return Ok(());
             }
             reader_bar.inc(n as u64);
-            let chunk = proto::UploadChunk { chunk: Some(proto::upload_chunk::Chunk::Data(buf[..n].to_vec())) };
+            let chunk = proto::UploadChunk {
+                chunk: Some(proto::upload_chunk::Chunk::Data(
+                    bytes::Bytes::copy_from_slice(&buf[..n]),
+                )),
+            };
             if tx.blocking_send(chunk).is_err() {
                 return Ok(()); // the call ended; its status says why
             }
@@ -265,8 +386,19 @@ fn progress(total: u64) -> ProgressBar {
 
 /// Parses `A:B` or `A:` (B = 0).
 fn split_range(s: &str, flag: &str) -> anyhow::Result<(u64, u64)> {
-    let (a, b) = s.split_once(':').with_context(|| format!("{flag} takes A:B, got {s:?}"))?;
-    let a = a.trim().parse().with_context(|| format!("{flag}: {a:?} is not a number"))?;
-    let b = if b.trim().is_empty() { 0 } else { b.trim().parse().with_context(|| format!("{flag}: {b:?} is not a number"))? };
+    let (a, b) = s
+        .split_once(':')
+        .with_context(|| format!("{flag} takes A:B, got {s:?}"))?;
+    let a = a
+        .trim()
+        .parse()
+        .with_context(|| format!("{flag}: {a:?} is not a number"))?;
+    let b = if b.trim().is_empty() {
+        0
+    } else {
+        b.trim()
+            .parse()
+            .with_context(|| format!("{flag}: {b:?} is not a number"))?
+    };
     Ok((a, b))
 }

@@ -15,7 +15,11 @@ pub use commands::run_client;
 
 /// The parsed command line.
 #[derive(Debug, Parser)]
-#[command(name = "spillway", version, about = "Offload, store and inspect oversized AI tool results")]
+#[command(
+    name = "spillway",
+    version,
+    about = "Offload, store and inspect oversized AI tool results"
+)]
 pub struct Cli {
     /// Server address, `host:port` or `http://host:port`.
     #[arg(long, global = true, env = "SPILLWAY_ADDR")]

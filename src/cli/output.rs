@@ -34,9 +34,17 @@ fn state(s: i32) -> &'static str {
 /// A session, several lines.
 pub fn session(s: &proto::Session) {
     println!("{}  ({})", s.id, state(s.state));
-    let label = if s.label.is_empty() { String::new() } else { format!("  label {:?}", s.label) };
+    let label = if s.label.is_empty() {
+        String::new()
+    } else {
+        format!("  label {:?}", s.label)
+    };
     println!("  tenant {}  owner {}{label}", s.tenant, s.owner);
-    println!("  created {}  expires {}", time(s.created_at.as_ref()), time(s.expires_at.as_ref()));
+    println!(
+        "  created {}  expires {}",
+        time(s.created_at.as_ref()),
+        time(s.expires_at.as_ref())
+    );
     if let Some(u) = &s.usage {
         println!("  usage {} payloads, {} bytes", u.payloads, u.bytes);
     }
@@ -47,7 +55,7 @@ pub fn session(s: &proto::Session) {
 
 /// A session, one line.
 pub fn session_line(s: &proto::Session) {
-    let usage = s.usage.clone().unwrap_or_default();
+    let usage = s.usage.unwrap_or_default();
     println!(
         "{}  {:<6}  {:>5} payloads  {:>12} bytes  {}",
         s.id,
@@ -71,18 +79,30 @@ pub fn payload(p: &proto::Payload) {
     );
     println!("  path {}", p.path);
     println!("  sha256 {}", p.sha256);
-    println!("  created {}  expires {}", time(p.created_at.as_ref()), time(p.expires_at.as_ref()));
+    println!(
+        "  created {}  expires {}",
+        time(p.created_at.as_ref()),
+        time(p.expires_at.as_ref())
+    );
 }
 
 /// A payload, one line.
 pub fn payload_line(p: &proto::Payload) {
-    println!("{}  {:>12} bytes  {:>8} lines  {}", p.id, p.size_bytes, p.line_count, p.name);
+    println!(
+        "{}  {:>12} bytes  {:>8} lines  {}",
+        p.id, p.size_bytes, p.line_count, p.name
+    );
 }
 
 /// A deletion receipt.
 pub fn receipt(r: &proto::DeletionReceipt) {
     println!("deleted {}  receipt {}", r.target_id, r.id);
-    println!("  {} payloads, {} bytes, at {}", r.deleted_payload_ids.len(), r.bytes_deleted, time(r.deleted_at.as_ref()));
+    println!(
+        "  {} payloads, {} bytes, at {}",
+        r.deleted_payload_ids.len(),
+        r.bytes_deleted,
+        time(r.deleted_at.as_ref())
+    );
     for (id, sha) in r.deleted_payload_ids.iter().zip(&r.content_sha256) {
         println!("  {id}  sha256 {sha}");
     }

@@ -68,7 +68,10 @@ impl BlobStore {
 
     /// Removes a session's directory and everything in it.
     pub fn remove_session_dir(&self, id: &SessionId) -> io::Result<()> {
-        self.cache.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
+        self.cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id);
         self.remove_dir_named(id.as_str())
     }
 
@@ -128,7 +131,10 @@ impl TempFile {
 
     /// Appends bytes.
     pub fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.file.as_mut().expect("open until persisted").write_all(bytes)
+        self.file
+            .as_mut()
+            .expect("open until persisted")
+            .write_all(bytes)
     }
 
     /// Flushes the bytes to disk; call before [`TempFile::persist`].

@@ -32,7 +32,6 @@ const HEAD_BYTES: usize = 512;
 pub struct ContentScanner {
     hasher: Sha256,
     size: u64,
-    newlines: u64,
     chars: u64,
     last_byte: Option<u8>,
     /// `None` once the content is known not to be UTF-8.
@@ -61,7 +60,6 @@ impl ContentScanner {
             return;
         }
         self.hasher.update(chunk);
-        self.newlines += memchr::memchr_iter(b'\n', chunk).count() as u64;
         // Every byte that is not a UTF-8 continuation byte starts a char.
         self.chars += chunk.iter().filter(|&&b| (b as i8) >= -0x40).count() as u64;
         if self.head.len() < HEAD_BYTES {
@@ -81,10 +79,12 @@ impl ContentScanner {
     /// Finishes the pass.
     pub fn finish(self) -> ContentFacts {
         let utf8 = self.utf8.is_some_and(|s| s.is_complete());
+        // The line index counts every newline on its way.
+        let newlines = self.index.newlines();
         let line_count = match self.last_byte {
             None => 0,
-            Some(b'\n') => self.newlines,
-            Some(_) => self.newlines + 1,
+            Some(b'\n') => newlines,
+            Some(_) => newlines + 1,
         };
         ContentFacts {
             sha256: hex::encode(self.hasher.finalize()),
@@ -110,7 +110,9 @@ impl Utf8Stream {
     fn feed(&mut self, mut chunk: &[u8]) -> bool {
         // Complete a character split by the previous boundary, one byte at a time.
         while !self.pending.is_empty() {
-            let Some((&b, rest)) = chunk.split_first() else { return true };
+            let Some((&b, rest)) = chunk.split_first() else {
+                return true;
+            };
             self.pending.push(b);
             chunk = rest;
             match std::str::from_utf8(&self.pending) {

@@ -60,7 +60,10 @@ impl Tree {
 
     /// Position in [`Tree::ALL`].
     pub fn index(self) -> usize {
-        Tree::ALL.iter().position(|t| *t == self).expect("listed in ALL")
+        Tree::ALL
+            .iter()
+            .position(|t| *t == self)
+            .expect("listed in ALL")
     }
 }
 
@@ -88,7 +91,12 @@ impl Batch {
     }
 
     /// Adds a put.
-    pub fn put(&mut self, tree: Tree, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> &mut Self {
+    pub fn put(
+        &mut self,
+        tree: Tree,
+        key: impl Into<Vec<u8>>,
+        value: impl Into<Vec<u8>>,
+    ) -> &mut Self {
         self.ops.push(Op {
             tree,
             key: key.into(),
@@ -220,8 +228,15 @@ pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
 pub(crate) fn conformance(engine: &dyn Engine) {
     // Point writes and reads.
     engine.put(Tree::Sessions, b"a", b"1").unwrap();
-    assert_eq!(engine.get(Tree::Sessions, b"a").unwrap(), Some(b"1".to_vec()));
-    assert_eq!(engine.get(Tree::Payloads, b"a").unwrap(), None, "trees are separate");
+    assert_eq!(
+        engine.get(Tree::Sessions, b"a").unwrap(),
+        Some(b"1".to_vec())
+    );
+    assert_eq!(
+        engine.get(Tree::Payloads, b"a").unwrap(),
+        None,
+        "trees are separate"
+    );
     engine.delete(Tree::Sessions, b"a").unwrap();
     assert_eq!(engine.get(Tree::Sessions, b"a").unwrap(), None);
 
@@ -234,20 +249,41 @@ pub(crate) fn conformance(engine: &dyn Engine) {
         .put(Tree::Payloads, b"p1", b"y")
         .delete(Tree::Payloads, b"missing");
     engine.commit(&b).unwrap();
-    assert_eq!(engine.get(Tree::Payloads, b"p1").unwrap(), Some(b"y".to_vec()));
+    assert_eq!(
+        engine.get(Tree::Payloads, b"p1").unwrap(),
+        Some(b"y".to_vec())
+    );
 
     // Ranges and prefix scans are ordered, bounded and limited.
     let keys = |v: Vec<Entry>| v.into_iter().map(|(k, _)| k).collect::<Vec<_>>();
-    let s1 = engine.scan_prefix(Tree::SessionPayloads, b"s1/", None, 10).unwrap();
+    let s1 = engine
+        .scan_prefix(Tree::SessionPayloads, b"s1/", None, 10)
+        .unwrap();
     assert_eq!(keys(s1), vec![b"s1/p1".to_vec(), b"s1/p2".to_vec()]);
-    let after = engine.scan_prefix(Tree::SessionPayloads, b"s1/", Some(b"s1/p1"), 10).unwrap();
+    let after = engine
+        .scan_prefix(Tree::SessionPayloads, b"s1/", Some(b"s1/p1"), 10)
+        .unwrap();
     assert_eq!(keys(after), vec![b"s1/p2".to_vec()]);
-    let limited = engine.scan_prefix(Tree::SessionPayloads, b"s", None, 2).unwrap();
+    let limited = engine
+        .scan_prefix(Tree::SessionPayloads, b"s", None, 2)
+        .unwrap();
     assert_eq!(limited.len(), 2);
-    let all = engine.range(Tree::SessionPayloads, Bound::Unbounded, Bound::Unbounded, 100).unwrap();
+    let all = engine
+        .range(
+            Tree::SessionPayloads,
+            Bound::Unbounded,
+            Bound::Unbounded,
+            100,
+        )
+        .unwrap();
     assert_eq!(all.len(), 3);
     let upto = engine
-        .range(Tree::SessionPayloads, Bound::Unbounded, Bound::Excluded(b"s2"), 100)
+        .range(
+            Tree::SessionPayloads,
+            Bound::Unbounded,
+            Bound::Excluded(b"s2"),
+            100,
+        )
         .unwrap();
     assert_eq!(upto.len(), 2);
     engine.flush().unwrap();

@@ -37,6 +37,11 @@ impl LineIndexBuilder {
         self.newlines += memchr::memchr_iter(b'\n', &chunk[from..]).count() as u64;
     }
 
+    /// Newlines seen so far.
+    pub fn newlines(&self) -> u64 {
+        self.newlines
+    }
+
     /// Encodes the index.
     pub fn finish(self) -> Vec<u8> {
         let mut out = Vec::with_capacity(1 + self.lines.len() * 8);
@@ -85,7 +90,11 @@ impl LineIndex {
     pub fn anchor_for_line(&self, line: u64) -> Anchor {
         let k = self.lines.partition_point(|&l| l < line);
         if k == 0 {
-            return Anchor { offset: 0, line: 1, at_line_start: true };
+            return Anchor {
+                offset: 0,
+                line: 1,
+                at_line_start: true,
+            };
         }
         Anchor {
             offset: k as u64 * STRIDE,
@@ -98,7 +107,11 @@ impl LineIndex {
     pub fn anchor_for_offset(&self, offset: u64) -> Anchor {
         let k = ((offset / STRIDE) as usize).min(self.lines.len());
         if k == 0 {
-            return Anchor { offset: 0, line: 1, at_line_start: true };
+            return Anchor {
+                offset: 0,
+                line: 1,
+                at_line_start: true,
+            };
         }
         Anchor {
             offset: k as u64 * STRIDE,
@@ -135,7 +148,11 @@ mod tests {
             let idx = index_of(&data, chunk);
             assert_eq!(idx.lines.len(), 400_000 / STRIDE as usize);
             for (k, &l) in idx.lines.iter().enumerate() {
-                assert_eq!(l, line_at(&data, (k + 1) * STRIDE as usize), "chunk {chunk}");
+                assert_eq!(
+                    l,
+                    line_at(&data, (k + 1) * STRIDE as usize),
+                    "chunk {chunk}"
+                );
             }
         }
     }
@@ -148,8 +165,11 @@ mod tests {
         let idx = index_of(&data, 8192);
         for line in [1u64, 2, 65, 66, 150, 300] {
             let a = idx.anchor_for_line(line);
-            let start = ((line - 1) * 1000) as u64;
-            assert!(a.offset <= start && start - a.offset <= STRIDE + 1000, "line {line}");
+            let start = (line - 1) * 1000;
+            assert!(
+                a.offset <= start && start - a.offset <= STRIDE + 1000,
+                "line {line}"
+            );
             assert_eq!(a.line, line_at(&data, a.offset as usize));
         }
         let a = idx.anchor_for_offset(200_000);

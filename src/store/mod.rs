@@ -73,7 +73,9 @@ pub enum StoreError {
         hint: &'static str,
     },
     /// `expected_sha256` did not match; nothing was stored.
-    #[error("sha256 mismatch: expected {expected}, received bytes hash to {actual}; nothing was stored")]
+    #[error(
+        "sha256 mismatch: expected {expected}, received bytes hash to {actual}; nothing was stored"
+    )]
     ChecksumMismatch {
         /// What the client said.
         expected: String,
@@ -81,7 +83,9 @@ pub enum StoreError {
         actual: String,
     },
     /// The payload's file is gone (found missing at startup).
-    #[error("payload {0}'s bytes are missing from disk; its metadata remains, but its content cannot be served")]
+    #[error(
+        "payload {0}'s bytes are missing from disk; its metadata remains, but its content cannot be served"
+    )]
     DataLoss(PayloadId),
     /// The disk is full.
     #[error("the server's disk is full; delete payloads or sessions, or retry later")]
@@ -100,7 +104,9 @@ pub enum StoreError {
 impl From<io::Error> for StoreError {
     fn from(e: io::Error) -> Self {
         // ENOSPC and EDQUOT: the caller can act on those.
-        if matches!(e.raw_os_error(), Some(28) | Some(122)) || e.kind() == io::ErrorKind::StorageFull {
+        if matches!(e.raw_os_error(), Some(28) | Some(122))
+            || e.kind() == io::ErrorKind::StorageFull
+        {
             StoreError::DiskFull
         } else {
             StoreError::Io(e)
@@ -193,18 +199,28 @@ pub struct Store {
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store").field("engine", &self.engine.name()).finish_non_exhaustive()
+        f.debug_struct("Store")
+            .field("engine", &self.engine.name())
+            .finish_non_exhaustive()
     }
 }
 
 impl Store {
     /// Opens the store in `data_dir`, creating it if needed, and reconciles
     /// disk with metadata.
-    pub fn open(data_dir: &Path, settings: StoreSettings, clock: Arc<dyn Clock>) -> Result<(Self, ReconcileReport)> {
+    pub fn open(
+        data_dir: &Path,
+        settings: StoreSettings,
+        clock: Arc<dyn Clock>,
+    ) -> Result<(Self, ReconcileReport)> {
         std::fs::create_dir_all(data_dir)?;
         let engine: Box<dyn Engine> = match settings.engine {
-            EngineKind::Redb => Box::new(redb_engine::RedbEngine::open(&data_dir.join("meta.redb"))?),
-            EngineKind::Sled => Box::new(sled_engine::SledEngine::open(&data_dir.join("meta.sled"))?),
+            EngineKind::Redb => {
+                Box::new(redb_engine::RedbEngine::open(&data_dir.join("meta.redb"))?)
+            }
+            EngineKind::Sled => {
+                Box::new(sled_engine::SledEngine::open(&data_dir.join("meta.sled"))?)
+            }
         };
         check_schema(engine.as_ref())?;
         let store = Self {
@@ -268,7 +284,11 @@ impl Store {
         self.blobs.create_session_dir(&record.id)?;
         let mut b = Batch::new();
         b.put(Tree::Sessions, record.id.as_str(), records::encode(&record))
-            .put(Tree::TenantSessions, keys::tenant_session(&record.tenant, now, &record.id), [])
+            .put(
+                Tree::TenantSessions,
+                keys::tenant_session(&record.tenant, now, &record.id),
+                [],
+            )
             .put(
                 Tree::Expiry,
                 keys::expiry(record.expires_ms, keys::EXPIRY_SESSION, record.id.as_str()),
@@ -280,10 +300,13 @@ impl Store {
 
     /// Reads a session.
     pub fn session(&self, id: &SessionId) -> Result<SessionRecord> {
-        let raw = self.engine.get(Tree::Sessions, id.as_str().as_bytes())?.ok_or_else(|| StoreError::NotFound {
-            kind: "session",
-            id: id.to_string(),
-        })?;
+        let raw = self
+            .engine
+            .get(Tree::Sessions, id.as_str().as_bytes())?
+            .ok_or_else(|| StoreError::NotFound {
+                kind: "session",
+                id: id.to_string(),
+            })?;
         Ok(records::decode(&raw)?)
     }
 
@@ -300,20 +323,30 @@ impl Store {
         let mut after = decode_token(page_token, &prefix)?;
         let mut items = Vec::new();
         loop {
-            let batch = self.engine.scan_prefix(Tree::TenantSessions, &prefix, after.as_deref(), 256)?;
+            let batch =
+                self.engine
+                    .scan_prefix(Tree::TenantSessions, &prefix, after.as_deref(), 256)?;
             let exhausted = batch.len() < 256;
             for (key, _) in batch {
                 let id_bytes = &key[prefix.len() + 8..];
                 after = Some(key.clone());
-                let id = SessionId::parse(&String::from_utf8_lossy(id_bytes)).map_err(|e| StoreError::Invalid(e.to_string()))?;
+                let id = SessionId::parse(&String::from_utf8_lossy(id_bytes))
+                    .map_err(|e| StoreError::Invalid(e.to_string()))?;
                 match self.session(&id) {
                     Ok(s) if keep(&s) => items.push(s),
                     Ok(_) | Err(StoreError::NotFound { .. }) => {}
                     Err(e) => return Err(e),
                 }
                 if items.len() == page_size {
-                    let more = !self.engine.scan_prefix(Tree::TenantSessions, &prefix, Some(&key), 1)?.is_empty();
-                    let next_token = if more { hex::encode(&key[prefix.len()..]) } else { String::new() };
+                    let more = !self
+                        .engine
+                        .scan_prefix(Tree::TenantSessions, &prefix, Some(&key), 1)?
+                        .is_empty();
+                    let next_token = if more {
+                        hex::encode(&key[prefix.len()..])
+                    } else {
+                        String::new()
+                    };
                     return Ok(Page { items, next_token });
                 }
             }
@@ -335,19 +368,30 @@ impl Store {
         }
         s.state = SessionState::Closed;
         s.closed_ms = Some(self.now_ms());
-        self.engine.put(Tree::Sessions, id.as_str().as_bytes(), &records::encode(&s))?;
+        self.engine
+            .put(Tree::Sessions, id.as_str().as_bytes(), &records::encode(&s))?;
         Ok(s)
     }
 
     /// Deletes a session: every payload, its metadata, and its directory.
-    pub fn delete_session(&self, id: &SessionId, requested_by: &str, reason: &str) -> Result<ReceiptRecord> {
+    pub fn delete_session(
+        &self,
+        id: &SessionId,
+        requested_by: &str,
+        reason: &str,
+    ) -> Result<ReceiptRecord> {
         let _guard = self.lock(id);
         let s = self.session(id)?;
         let mut b = Batch::new();
         let mut receipt = self.new_receipt(id.as_str(), requested_by, &s.tenant, reason);
         let mut after: Option<Vec<u8>> = None;
         loop {
-            let page = self.engine.scan_prefix(Tree::SessionPayloads, id.as_str().as_bytes(), after.as_deref(), 1024)?;
+            let page = self.engine.scan_prefix(
+                Tree::SessionPayloads,
+                id.as_str().as_bytes(),
+                after.as_deref(),
+                1024,
+            )?;
             let done = page.len() < 1024;
             for (key, _) in page {
                 let pid = payload_id_from_listing_key(&key)?;
@@ -364,9 +408,19 @@ impl Store {
             }
         }
         b.delete(Tree::Sessions, id.as_str())
-            .delete(Tree::TenantSessions, keys::tenant_session(&s.tenant, s.created_ms, id))
-            .delete(Tree::Expiry, keys::expiry(s.expires_ms, keys::EXPIRY_SESSION, id.as_str()))
-            .put(Tree::Receipts, receipt.id.as_str(), records::encode(&receipt));
+            .delete(
+                Tree::TenantSessions,
+                keys::tenant_session(&s.tenant, s.created_ms, id),
+            )
+            .delete(
+                Tree::Expiry,
+                keys::expiry(s.expires_ms, keys::EXPIRY_SESSION, id.as_str()),
+            )
+            .put(
+                Tree::Receipts,
+                receipt.id.as_str(),
+                records::encode(&receipt),
+            );
         self.engine.commit(&b)?;
         // Metadata is gone and the receipt is durable; a crash before the
         // directory is removed leaves an orphan that reconciliation removes.
@@ -387,7 +441,9 @@ impl Store {
         if let Some(h) = &meta.expected_sha256
             && !(h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
         {
-            return Err(StoreError::Invalid("expected_sha256 must be 64 hex digits".into()));
+            return Err(StoreError::Invalid(
+                "expected_sha256 must be 64 hex digits".into(),
+            ));
         }
         let dir = self.blobs.session_dir(session)?;
         Ok(PendingUpload {
@@ -416,10 +472,20 @@ impl Store {
     }
 
     /// Lists a session's payloads in creation order.
-    pub fn list_payloads(&self, session: &SessionId, page_token: &str, page_size: usize) -> Result<Page<PayloadRecord>> {
+    pub fn list_payloads(
+        &self,
+        session: &SessionId,
+        page_token: &str,
+        page_size: usize,
+    ) -> Result<Page<PayloadRecord>> {
         let prefix = session.as_str().as_bytes();
         let after = decode_token(page_token, prefix)?;
-        let page = self.engine.scan_prefix(Tree::SessionPayloads, prefix, after.as_deref(), page_size + 1)?;
+        let page = self.engine.scan_prefix(
+            Tree::SessionPayloads,
+            prefix,
+            after.as_deref(),
+            page_size + 1,
+        )?;
         let more = page.len() > page_size;
         let mut items = Vec::with_capacity(page.len().min(page_size));
         let mut last = None;
@@ -452,8 +518,9 @@ impl Store {
     /// Serves a ranged read. `max_bytes` has been defaulted and clamped.
     pub fn read(&self, p: &PayloadRecord, spec: ReadSpec, max_bytes: u64) -> Result<ReadOut> {
         let index = match self.engine.get(Tree::LineIndex, p.id.as_str().as_bytes())? {
-            Some(raw) => LineIndex::decode(&raw)
-                .ok_or_else(|| StoreError::Corrupt(RecordError::UnknownFormat(raw.first().copied())))?,
+            Some(raw) => LineIndex::decode(&raw).ok_or_else(|| {
+                StoreError::Corrupt(RecordError::UnknownFormat(raw.first().copied()))
+            })?,
             None => LineIndex::default(),
         };
         let mut file = io::BufReader::with_capacity(64 * 1024, self.open_payload(p)?);
@@ -467,7 +534,12 @@ impl Store {
     }
 
     /// Deletes one payload.
-    pub fn delete_payload(&self, id: &PayloadId, requested_by: &str, reason: &str) -> Result<ReceiptRecord> {
+    pub fn delete_payload(
+        &self,
+        id: &PayloadId,
+        requested_by: &str,
+        reason: &str,
+    ) -> Result<ReceiptRecord> {
         let p = self.payload(id)?;
         let _guard = self.lock(&p.session_id);
         // Re-read under the lock: a concurrent delete may have won.
@@ -482,35 +554,59 @@ impl Store {
         receipt.bytes_deleted = p.size;
         receipt.content_sha256.push(p.sha256.clone());
         b.put(Tree::Sessions, s.id.as_str(), records::encode(&s))
-            .put(Tree::Receipts, receipt.id.as_str(), records::encode(&receipt));
+            .put(
+                Tree::Receipts,
+                receipt.id.as_str(),
+                records::encode(&receipt),
+            );
         self.engine.commit(&b)?;
         let dir = self.blobs.session_dir(&p.session_id)?;
         match dir.remove_file(&p.name) {
             Ok(()) => blobs::fsync_dir(&dir)?,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => tracing::warn!(payload_id = %p.id, error = %e, "payload file removal failed; reconciliation will retry"),
+            Err(e) => {
+                tracing::warn!(payload_id = %p.id, error = %e, "payload file removal failed; reconciliation will retry")
+            }
         }
         Ok(receipt)
     }
 
     /// Reads a receipt.
     pub fn receipt(&self, id: &ReceiptId) -> Result<ReceiptRecord> {
-        let raw = self.engine.get(Tree::Receipts, id.as_str().as_bytes())?.ok_or_else(|| StoreError::NotFound {
-            kind: "receipt",
-            id: id.to_string(),
-        })?;
+        let raw = self
+            .engine
+            .get(Tree::Receipts, id.as_str().as_bytes())?
+            .ok_or_else(|| StoreError::NotFound {
+                kind: "receipt",
+                id: id.to_string(),
+            })?;
         Ok(records::decode(&raw)?)
     }
 
     fn forget_payload(&self, b: &mut Batch, p: &PayloadRecord) {
         b.delete(Tree::Payloads, p.id.as_str())
-            .delete(Tree::SessionPayloads, keys::session_payload(&p.session_id, p.created_ms, &p.id))
-            .delete(Tree::PayloadNames, keys::payload_name(&p.session_id, &p.name))
+            .delete(
+                Tree::SessionPayloads,
+                keys::session_payload(&p.session_id, p.created_ms, &p.id),
+            )
+            .delete(
+                Tree::PayloadNames,
+                keys::payload_name(&p.session_id, &p.name),
+            )
             .delete(Tree::LineIndex, p.id.as_str())
-            .delete(Tree::Expiry, keys::expiry(p.expires_ms, keys::EXPIRY_PAYLOAD, p.id.as_str()));
+            .delete(
+                Tree::Expiry,
+                keys::expiry(p.expires_ms, keys::EXPIRY_PAYLOAD, p.id.as_str()),
+            );
     }
 
-    fn new_receipt(&self, target: &str, requested_by: &str, tenant: &str, reason: &str) -> ReceiptRecord {
+    fn new_receipt(
+        &self,
+        target: &str,
+        requested_by: &str,
+        tenant: &str,
+        reason: &str,
+    ) -> ReceiptRecord {
         ReceiptRecord {
             id: ReceiptId::generate(),
             target_id: target.to_owned(),
@@ -528,7 +624,10 @@ impl Store {
     /// Picks a name not yet used in the session. Called under the session lock.
     fn unique_name(&self, session: &SessionId, base: &str) -> Result<String> {
         let taken = |n: &str| -> Result<bool> {
-            Ok(self.engine.get(Tree::PayloadNames, &keys::payload_name(session, n))?.is_some())
+            Ok(self
+                .engine
+                .get(Tree::PayloadNames, &keys::payload_name(session, n))?
+                .is_some())
         };
         if !taken(base)? {
             return Ok(base.to_owned());
@@ -541,7 +640,10 @@ impl Store {
         }
         let mut raw = [0u8; 8];
         getrandom::fill(&mut raw).map_err(io::Error::other)?;
-        Ok(names::numbered(base, u32::from_le_bytes(raw[..4].try_into().expect("4 bytes"))))
+        Ok(names::numbered(
+            base,
+            u32::from_le_bytes(raw[..4].try_into().expect("4 bytes")),
+        ))
     }
 }
 
@@ -597,7 +699,12 @@ impl PendingUpload<'_> {
             self.meta.content_type.clone()
         };
         let ext = names::extension_for(&content_type).unwrap_or(sniffed_ext);
-        let base = names::base_name(&self.meta.name, &self.meta.tool_name, &self.meta.tool_call_id, ext);
+        let base = names::base_name(
+            &self.meta.name,
+            &self.meta.tool_name,
+            &self.meta.tool_call_id,
+            ext,
+        );
         let name = store.unique_name(&self.session, &base)?;
         let now = store.now_ms();
         let record = PayloadRecord {
@@ -623,8 +730,16 @@ impl PendingUpload<'_> {
         s.usage_payloads += 1;
         let mut b = Batch::new();
         b.put(Tree::Payloads, record.id.as_str(), records::encode(&record))
-            .put(Tree::SessionPayloads, keys::session_payload(&s.id, now, &record.id), [])
-            .put(Tree::PayloadNames, keys::payload_name(&s.id, &record.name), record.id.as_str())
+            .put(
+                Tree::SessionPayloads,
+                keys::session_payload(&s.id, now, &record.id),
+                [],
+            )
+            .put(
+                Tree::PayloadNames,
+                keys::payload_name(&s.id, &record.name),
+                record.id.as_str(),
+            )
             .put(Tree::LineIndex, record.id.as_str(), facts.line_index)
             .put(
                 Tree::Expiry,
@@ -645,15 +760,23 @@ impl PendingUpload<'_> {
 
 fn check_schema(engine: &dyn Engine) -> Result<()> {
     match engine.get(Tree::Meta, records::SCHEMA_KEY)? {
-        None => Ok(engine.put(Tree::Meta, records::SCHEMA_KEY, &records::SCHEMA_VERSION.to_le_bytes())?),
+        None => Ok(engine.put(
+            Tree::Meta,
+            records::SCHEMA_KEY,
+            &records::SCHEMA_VERSION.to_le_bytes(),
+        )?),
         Some(v) if v.as_slice() == records::SCHEMA_VERSION.to_le_bytes() => Ok(()),
-        Some(v) => Err(StoreError::Corrupt(RecordError::UnknownFormat(v.first().copied()))),
+        Some(v) => Err(StoreError::Corrupt(RecordError::UnknownFormat(
+            v.first().copied(),
+        ))),
     }
 }
 
 fn payload_id_from_listing_key(key: &[u8]) -> Result<PayloadId> {
     // session id (36 bytes) + created (8 bytes) + payload id.
-    let id = key.get(SessionId::PREFIX.len() + 32 + 8..).unwrap_or_default();
+    let id = key
+        .get(SessionId::PREFIX.len() + 32 + 8..)
+        .unwrap_or_default();
     PayloadId::parse(&String::from_utf8_lossy(id)).map_err(|e| StoreError::Invalid(e.to_string()))
 }
 
@@ -665,7 +788,12 @@ fn decode_token(token: &str, prefix: &[u8]) -> Result<Option<Vec<u8>>> {
     let suffix = hex::decode(token)
         .ok()
         .filter(|s| !s.is_empty() && s.len() <= 256)
-        .ok_or_else(|| StoreError::Invalid("page_token is not one this server issued; start again with an empty page_token".into()))?;
+        .ok_or_else(|| {
+            StoreError::Invalid(
+                "page_token is not one this server issued; start again with an empty page_token"
+                    .into(),
+            )
+        })?;
     let mut key = prefix.to_vec();
     key.extend_from_slice(&suffix);
     Ok(Some(key))

@@ -11,7 +11,11 @@ pub const MAX_NAME: usize = 120;
 pub fn sanitize(raw: &str, max: usize) -> String {
     let mut out = String::with_capacity(raw.len().min(max));
     for c in raw.chars() {
-        let c = if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') { c } else { '_' };
+        let c = if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
+            c
+        } else {
+            '_'
+        };
         if c == '_' && out.ends_with('_') {
             continue;
         }
@@ -27,10 +31,18 @@ pub fn sanitize(raw: &str, max: usize) -> String {
 
 /// The extension for a content type, if it has a well-known one.
 pub fn extension_for(content_type: &str) -> Option<&'static str> {
-    let essence = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    let essence = content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
     Some(match essence.as_str() {
         "application/json" => "json",
-        "application/x-ndjson" | "application/ndjson" | "application/jsonl" | "application/x-jsonlines" => "ndjson",
+        "application/x-ndjson"
+        | "application/ndjson"
+        | "application/jsonl"
+        | "application/x-jsonlines" => "ndjson",
         "text/csv" => "csv",
         "text/tab-separated-values" => "tsv",
         "text/html" => "html",
@@ -70,7 +82,11 @@ pub fn base_name(requested: &str, tool_name: &str, tool_call_id: &str, ext: &str
         .filter(|p| !p.is_empty())
         .collect::<Vec<_>>()
         .join("-");
-    let stem = if stem.is_empty() { "payload".to_owned() } else { stem };
+    let stem = if stem.is_empty() {
+        "payload".to_owned()
+    } else {
+        stem
+    };
     format!("{stem}.{ext}")
 }
 
@@ -100,17 +116,35 @@ mod tests {
 
     #[test]
     fn names_from_tool_and_call_match_the_contract_example() {
-        assert_eq!(base_name("", "github_list_prs", "call_7", "json"), "github_list_prs-call_7.json");
+        assert_eq!(
+            base_name("", "github_list_prs", "call_7", "json"),
+            "github_list_prs-call_7.json"
+        );
         assert_eq!(base_name("", "", "", "txt"), "payload.txt");
     }
 
     #[test]
     fn hostile_names_become_safe_plain_names() {
-        for hostile in ["../../etc/passwd", "/abs/path", "..", ".", ".hidden", "a/../b", "nul\0byte", "héllo wörld"] {
+        for hostile in [
+            "../../etc/passwd",
+            "/abs/path",
+            "..",
+            ".",
+            ".hidden",
+            "a/../b",
+            "nul\0byte",
+            "héllo wörld",
+        ] {
             let s = sanitize(hostile, MAX_NAME);
-            assert!(!s.contains('/') && !s.contains('\0') && !s.starts_with('.'), "{hostile:?} -> {s:?}");
+            assert!(
+                !s.contains('/') && !s.contains('\0') && !s.starts_with('.'),
+                "{hostile:?} -> {s:?}"
+            );
             assert!(s != ".." && s != ".");
-            assert!(s.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)));
+            assert!(
+                s.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+            );
         }
         assert_eq!(sanitize("../../etc/passwd", MAX_NAME), "_.._etc_passwd");
         assert_eq!(sanitize(&"x".repeat(500), MAX_NAME).len(), MAX_NAME);
@@ -126,7 +160,10 @@ mod tests {
 
     #[test]
     fn content_types_map_to_extensions_and_sniffing_covers_the_rest() {
-        assert_eq!(extension_for("application/json; charset=utf-8"), Some("json"));
+        assert_eq!(
+            extension_for("application/json; charset=utf-8"),
+            Some("json")
+        );
         assert_eq!(extension_for("text/CSV"), Some("csv"));
         assert_eq!(extension_for("application/x-weird"), None);
         assert_eq!(sniff(b"  [1,2]", true).1, "json");

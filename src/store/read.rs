@@ -96,13 +96,21 @@ fn read_bytes<F: Read + Seek>(
             extent.size, extent.size
         )));
     }
-    let want = if length == 0 { max_bytes } else { length.min(max_bytes) };
+    let want = if length == 0 {
+        max_bytes
+    } else {
+        length.min(max_bytes)
+    };
     let want = want.min(extent.size - offset);
     let mut data = read_at(file, offset, want)?;
     let mut start = offset;
     if extent.utf8 {
         // Start on a character boundary: skip continuation bytes.
-        let skip = data.iter().take(3).take_while(|&&b| is_continuation(b)).count();
+        let skip = data
+            .iter()
+            .take(3)
+            .take_while(|&&b| is_continuation(b))
+            .count();
         data.drain(..skip);
         start += skip as u64;
         trim_partial_char(&mut data);
@@ -132,7 +140,9 @@ fn read_lines<F: Read + Seek>(
     max_bytes: u64,
 ) -> Result<ReadOut, ReadError> {
     if start == 0 {
-        return Err(ReadError::Invalid("line_range.start_line is 1-based; use 1 for the first line".into()));
+        return Err(ReadError::Invalid(
+            "line_range.start_line is 1-based; use 1 for the first line".into(),
+        ));
     }
     if end != 0 && end < start {
         return Err(ReadError::Invalid(format!(
@@ -173,7 +183,11 @@ fn read_lines<F: Read + Seek>(
     };
     data.truncate(cut);
     let end_offset = begin + data.len() as u64;
-    let last_line = if data.is_empty() { 0 } else { start + interior_newlines(&data) };
+    let last_line = if data.is_empty() {
+        0
+    } else {
+        start + interior_newlines(&data)
+    };
     Ok(ReadOut {
         first_line: if data.is_empty() { 0 } else { start },
         last_line,
@@ -226,7 +240,10 @@ fn line_start<F: Read + Seek>(file: &mut F, index: &LineIndex, line: u64) -> io:
     loop {
         let n = file.read(&mut buf)?;
         if n == 0 {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "line index points past the end of the file"));
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "line index points past the end of the file",
+            ));
         }
         for p in memchr::memchr_iter(b'\n', &buf[..n]) {
             to_skip -= 1;
@@ -283,16 +300,33 @@ mod tests {
     }
 
     fn numbered(n: u64) -> Vec<u8> {
-        (1..=n).map(|i| format!("line {i}\n")).collect::<String>().into_bytes()
+        (1..=n)
+            .map(|i| format!("line {i}\n"))
+            .collect::<String>()
+            .into_bytes()
     }
 
     #[test]
     fn line_range_returns_exactly_those_lines_far_into_a_large_payload() {
         let f = fixture(numbered(200_000));
-        let out = read(&f, ReadSpec::Lines { start: 150_000, end: 150_002 }, 65_536).unwrap();
+        let out = read(
+            &f,
+            ReadSpec::Lines {
+                start: 150_000,
+                end: 150_002,
+            },
+            65_536,
+        )
+        .unwrap();
         assert_eq!(out.data, b"line 150000\nline 150001\nline 150002\n");
-        assert_eq!((out.first_line, out.last_line, out.eof), (150_000, 150_002, false));
-        assert_eq!(&f.data[out.start_offset as usize..out.end_offset as usize], out.data.as_slice());
+        assert_eq!(
+            (out.first_line, out.last_line, out.eof),
+            (150_000, 150_002, false)
+        );
+        assert_eq!(
+            &f.data[out.start_offset as usize..out.end_offset as usize],
+            out.data.as_slice()
+        );
     }
 
     #[test]
@@ -309,9 +343,18 @@ mod tests {
     fn line_range_past_the_end_is_out_of_range_and_names_the_count() {
         let f = fixture(numbered(10));
         let err = read(&f, ReadSpec::Lines { start: 11, end: 12 }, 100).unwrap_err();
-        assert!(matches!(&err, ReadError::OutOfRange(m) if m.contains("has 10 lines")), "{err}");
-        assert!(matches!(read(&f, ReadSpec::Lines { start: 0, end: 1 }, 100), Err(ReadError::Invalid(_))));
-        assert!(matches!(read(&f, ReadSpec::Lines { start: 5, end: 4 }, 100), Err(ReadError::Invalid(_))));
+        assert!(
+            matches!(&err, ReadError::OutOfRange(m) if m.contains("has 10 lines")),
+            "{err}"
+        );
+        assert!(matches!(
+            read(&f, ReadSpec::Lines { start: 0, end: 1 }, 100),
+            Err(ReadError::Invalid(_))
+        ));
+        assert!(matches!(
+            read(&f, ReadSpec::Lines { start: 5, end: 4 }, 100),
+            Err(ReadError::Invalid(_))
+        ));
     }
 
     #[test]
@@ -330,7 +373,10 @@ mod tests {
             let out = read(&f, ReadSpec::Lines { start: 1, end: 1 }, max).unwrap();
             assert!(std::str::from_utf8(&out.data).is_ok(), "max {max}");
             assert!(out.data.len() as u64 <= max);
-            assert_eq!(out.data.len() % 4, if out.data.ends_with(b"\n") { 1 } else { 0 });
+            assert_eq!(
+                out.data.len() % 4,
+                if out.data.ends_with(b"\n") { 1 } else { 0 }
+            );
         }
     }
 
@@ -341,9 +387,15 @@ mod tests {
         for offset in 0..20u64 {
             for max in 1..12u64 {
                 let out = read(&f, ReadSpec::Bytes { offset, length: 0 }, max).unwrap();
-                assert!(std::str::from_utf8(&out.data).is_ok(), "offset {offset} max {max}");
+                assert!(
+                    std::str::from_utf8(&out.data).is_ok(),
+                    "offset {offset} max {max}"
+                );
                 assert!(out.data.len() as u64 <= max);
-                assert_eq!(&f.data[out.start_offset as usize..out.end_offset as usize], out.data.as_slice());
+                assert_eq!(
+                    &f.data[out.start_offset as usize..out.end_offset as usize],
+                    out.data.as_slice()
+                );
             }
         }
     }
@@ -353,18 +405,45 @@ mod tests {
         let f = fixture(numbered(100_000));
         let offset = f.data.len() as u64 - 24;
         let out = read(&f, ReadSpec::Bytes { offset, length: 12 }, 100).unwrap();
-        let expected_line = 1 + memchr::memchr_iter(b'\n', &f.data[..offset as usize]).count() as u64;
+        let expected_line =
+            1 + memchr::memchr_iter(b'\n', &f.data[..offset as usize]).count() as u64;
         assert_eq!(out.first_line, expected_line);
         let bin = fixture(vec![0xff, 0x80, 0x80, 0x41]);
-        let out = read(&bin, ReadSpec::Bytes { offset: 1, length: 2 }, 100).unwrap();
+        let out = read(
+            &bin,
+            ReadSpec::Bytes {
+                offset: 1,
+                length: 2,
+            },
+            100,
+        )
+        .unwrap();
         assert_eq!(out.data, vec![0x80, 0x80]);
     }
 
     #[test]
     fn byte_offset_past_the_end_is_out_of_range_but_at_the_end_is_empty() {
         let f = fixture(b"abc".to_vec());
-        assert!(matches!(read(&f, ReadSpec::Bytes { offset: 4, length: 1 }, 10), Err(ReadError::OutOfRange(_))));
-        let out = read(&f, ReadSpec::Bytes { offset: 3, length: 1 }, 10).unwrap();
+        assert!(matches!(
+            read(
+                &f,
+                ReadSpec::Bytes {
+                    offset: 4,
+                    length: 1
+                },
+                10
+            ),
+            Err(ReadError::OutOfRange(_))
+        ));
+        let out = read(
+            &f,
+            ReadSpec::Bytes {
+                offset: 3,
+                length: 1,
+            },
+            10,
+        )
+        .unwrap();
         assert!(out.data.is_empty() && out.eof);
     }
 }

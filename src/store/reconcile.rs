@@ -40,7 +40,10 @@ pub(super) fn reconcile(store: &Store) -> Result<ReconcileReport> {
     let mut report = ReconcileReport::default();
     for name in store.blobs.list_session_dirs()? {
         let known = match SessionId::parse(&name) {
-            Ok(id) => store.engine.get(Tree::Sessions, id.as_str().as_bytes())?.is_some(),
+            Ok(id) => store
+                .engine
+                .get(Tree::Sessions, id.as_str().as_bytes())?
+                .is_some(),
             Err(_) => false,
         };
         if !known {
@@ -53,13 +56,16 @@ pub(super) fn reconcile(store: &Store) -> Result<ReconcileReport> {
     loop {
         let batch = store.engine.range(
             Tree::Sessions,
-            after.as_deref().map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded),
+            after
+                .as_deref()
+                .map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded),
             std::ops::Bound::Unbounded,
             256,
         )?;
         let done = batch.len() < 256;
         for (key, _) in batch {
-            let id = SessionId::parse(&String::from_utf8_lossy(&key)).map_err(|e| super::StoreError::Invalid(e.to_string()))?;
+            let id = SessionId::parse(&String::from_utf8_lossy(&key))
+                .map_err(|e| super::StoreError::Invalid(e.to_string()))?;
             reconcile_session(store, &id, &mut report)?;
             report.sessions_checked += 1;
             after = Some(key);
@@ -69,7 +75,10 @@ pub(super) fn reconcile(store: &Store) -> Result<ReconcileReport> {
         }
     }
     if report.is_clean() {
-        tracing::info!(sessions = report.sessions_checked, "storage reconciled: nothing to repair");
+        tracing::info!(
+            sessions = report.sessions_checked,
+            "storage reconciled: nothing to repair"
+        );
     } else {
         tracing::warn!(
             sessions = report.sessions_checked,
@@ -89,7 +98,12 @@ fn reconcile_session(store: &Store, id: &SessionId, report: &mut ReconcileReport
     let mut records: Vec<PayloadRecord> = Vec::new();
     let mut after: Option<Vec<u8>> = None;
     loop {
-        let page = store.engine.scan_prefix(Tree::SessionPayloads, id.as_str().as_bytes(), after.as_deref(), 1024)?;
+        let page = store.engine.scan_prefix(
+            Tree::SessionPayloads,
+            id.as_str().as_bytes(),
+            after.as_deref(),
+            1024,
+        )?;
         let done = page.len() < 1024;
         for (key, _) in page {
             let pid = payload_id_from_listing_key(&key)?;
@@ -128,7 +142,11 @@ fn reconcile_session(store: &Store, id: &SessionId, report: &mut ReconcileReport
         if !present.contains(&p.name) && !p.missing {
             tracing::error!(session_id = %id, payload_id = %p.id, "payload file is missing; marking the payload missing");
             p.missing = true;
-            store.engine.put(Tree::Payloads, p.id.as_str().as_bytes(), &records::encode(&p))?;
+            store.engine.put(
+                Tree::Payloads,
+                p.id.as_str().as_bytes(),
+                &records::encode(&p),
+            )?;
             report.missing_payloads.push(p.id.to_string());
         }
     }

@@ -280,8 +280,14 @@ mod tests {
         assert_eq!(decode::<ReceiptRecord>(&bytes).unwrap(), r);
         let mut future = bytes.clone();
         future[0] = 9;
-        assert!(matches!(decode::<ReceiptRecord>(&future), Err(RecordError::UnknownFormat(Some(9)))));
-        assert!(matches!(decode::<ReceiptRecord>(&[]), Err(RecordError::UnknownFormat(None))));
+        assert!(matches!(
+            decode::<ReceiptRecord>(&future),
+            Err(RecordError::UnknownFormat(Some(9)))
+        ));
+        assert!(matches!(
+            decode::<ReceiptRecord>(&[]),
+            Err(RecordError::UnknownFormat(None))
+        ));
     }
 
     #[test]
@@ -290,6 +296,9 @@ mod tests {
         let a = PayloadId::generate();
         let b = PayloadId::generate();
         assert!(keys::session_payload(&s, 1, &a) < keys::session_payload(&s, 2, &b));
-        assert!(keys::expiry(1, keys::EXPIRY_PAYLOAD, "z") < keys::expiry(256, keys::EXPIRY_PAYLOAD, "a"));
+        assert!(
+            keys::expiry(1, keys::EXPIRY_PAYLOAD, "z")
+                < keys::expiry(256, keys::EXPIRY_PAYLOAD, "a")
+        );
     }
 }

@@ -112,7 +112,10 @@ mod tests {
     fn committed_data_survives_reopen() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("meta.redb");
-        RedbEngine::open(&path).unwrap().put(Tree::Meta, b"k", b"v").unwrap();
+        RedbEngine::open(&path)
+            .unwrap()
+            .put(Tree::Meta, b"k", b"v")
+            .unwrap();
         let again = RedbEngine::open(&path).unwrap();
         assert_eq!(again.get(Tree::Meta, b"k").unwrap(), Some(b"v".to_vec()));
     }

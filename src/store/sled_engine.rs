@@ -99,7 +99,9 @@ impl SledEngine {
         }
         *synced = present;
         if new_files {
-            File::open(&self.blobs).and_then(|d| d.sync_all()).map_err(err)?;
+            File::open(&self.blobs)
+                .and_then(|d| d.sync_all())
+                .map_err(err)?;
         }
         Ok(())
     }
@@ -122,7 +124,8 @@ impl Engine for SledEngine {
         limit: usize,
     ) -> Result<Vec<Entry>, EngineError> {
         // sled panics on an inverted range; an empty answer is right.
-        if let (Bound::Included(s) | Bound::Excluded(s), Bound::Included(e) | Bound::Excluded(e)) = (start, end)
+        if let (Bound::Included(s) | Bound::Excluded(s), Bound::Included(e) | Bound::Excluded(e)) =
+            (start, end)
             && s > e
         {
             return Ok(Vec::new());

@@ -1,12 +1,12 @@
 //! The `spillway` binary as a newcomer uses it: dev mode, token discovery,
 //! the CLI tour, and config errors.
 
-use std::process::{Command, Output};
+use std::process::Output;
 
 use crate::common::*;
 
 fn cli(server: &ProcessServer, data_dir: &std::path::Path, args: &[&str]) -> Output {
-    Command::new(binary())
+    command()
         .args(args)
         .env("SPILLWAY_ADDR", server.addr.to_string())
         .env("SPILLWAY_DATA_DIR", data_dir)
@@ -16,7 +16,11 @@ fn cli(server: &ProcessServer, data_dir: &std::path::Path, args: &[&str]) -> Out
 }
 
 fn ok(out: Output) -> String {
-    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).unwrap()
 }
 
@@ -27,43 +31,89 @@ async fn dev_mode_tour_create_upload_read_delete_with_discovered_token() {
     let server = ProcessServer::start(None, &data_dir, dir.path().join("server.log")).await;
     {
         use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(data_dir.join("dev-token")).unwrap().permissions().mode();
+        let mode = std::fs::metadata(data_dir.join("dev-token"))
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o600);
     }
     let log = std::fs::read_to_string(&server.log).unwrap();
-    assert!(log.contains("dev-token"), "the log must say where the dev token is: {log}");
+    assert!(
+        log.contains("dev-token"),
+        "the log must say where the dev token is: {log}"
+    );
 
-    let created: serde_json::Value = serde_json::from_str(&ok(cli(&server, &data_dir, &["--json", "session", "create", "--label", "tour"]))).unwrap();
+    let created: serde_json::Value = serde_json::from_str(&ok(cli(
+        &server,
+        &data_dir,
+        &["--json", "session", "create", "--label", "tour"],
+    )))
+    .unwrap();
     let session = created["id"].as_str().unwrap().to_owned();
     assert_eq!(created["tenant"], "dev");
 
     let file = dir.path().join("prs.json");
-    std::fs::write(&file, "[\n  {\"id\": 1},\n  {\"id\": 2},\n  {\"id\": 3}\n]\n").unwrap();
-    let uploaded: serde_json::Value =
-        serde_json::from_str(&ok(cli(&server, &data_dir, &["--json", "upload", "--session", &session, file.to_str().unwrap()]))).unwrap();
+    std::fs::write(
+        &file,
+        "[\n  {\"id\": 1},\n  {\"id\": 2},\n  {\"id\": 3}\n]\n",
+    )
+    .unwrap();
+    let uploaded: serde_json::Value = serde_json::from_str(&ok(cli(
+        &server,
+        &data_dir,
+        &[
+            "--json",
+            "upload",
+            "--session",
+            &session,
+            file.to_str().unwrap(),
+        ],
+    )))
+    .unwrap();
     let payload = uploaded["id"].as_str().unwrap().to_owned();
     assert_eq!(uploaded["name"], "prs.json");
     assert_eq!(uploaded["lineCount"], "5");
 
-    let lines = ok(cli(&server, &data_dir, &["read", &payload, "--lines", "2:3"]));
+    let lines = ok(cli(
+        &server,
+        &data_dir,
+        &["read", &payload, "--lines", "2:3"],
+    ));
     assert_eq!(lines, "  {\"id\": 1},\n  {\"id\": 2},\n");
 
     let human = ok(cli(&server, &data_dir, &["stat", &payload]));
-    assert!(human.contains("/payloads/prs.json") && human.contains("5 lines"), "{human}");
+    assert!(
+        human.contains("/payloads/prs.json") && human.contains("5 lines"),
+        "{human}"
+    );
     let listing = ok(cli(&server, &data_dir, &["ls", "--session", &session]));
     assert!(listing.contains(&payload), "{listing}");
 
     let out_file = dir.path().join("copy.json");
-    ok(cli(&server, &data_dir, &["download", &payload, "-o", out_file.to_str().unwrap()]));
-    assert_eq!(std::fs::read(&out_file).unwrap(), std::fs::read(&file).unwrap());
+    ok(cli(
+        &server,
+        &data_dir,
+        &["download", &payload, "-o", out_file.to_str().unwrap()],
+    ));
+    assert_eq!(
+        std::fs::read(&out_file).unwrap(),
+        std::fs::read(&file).unwrap()
+    );
 
-    let receipt = ok(cli(&server, &data_dir, &["rm", &payload, "--reason", "tour"]));
+    let receipt = ok(cli(
+        &server,
+        &data_dir,
+        &["rm", &payload, "--reason", "tour"],
+    ));
     assert!(receipt.contains("receipt rcpt_"), "{receipt}");
 
     let failed = cli(&server, &data_dir, &["stat", &payload]);
     assert!(!failed.status.success());
     let stderr = String::from_utf8_lossy(&failed.stderr);
-    assert!(stderr.contains("NotFound") && stderr.contains(&payload), "{stderr}");
+    assert!(
+        stderr.contains("NotFound") && stderr.contains(&payload),
+        "{stderr}"
+    );
 
     ok(cli(&server, &data_dir, &["session", "rm", &session]));
 }
@@ -71,7 +121,7 @@ async fn dev_mode_tour_create_upload_read_delete_with_discovered_token() {
 #[test]
 fn dev_mode_refuses_to_listen_beyond_loopback() {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(binary())
+    let out = command()
         .args(["serve", "--listen", "0.0.0.0:0", "--data-dir"])
         .arg(dir.path())
         .output()
@@ -85,8 +135,17 @@ fn dev_mode_refuses_to_listen_beyond_loopback() {
 fn unknown_config_key_stops_the_server_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("bad.toml");
-    std::fs::write(&config, "listen = \"127.0.0.1:0\"\n[store]\nengnie = \"redb\"\n").unwrap();
-    let out = Command::new(binary()).arg("serve").arg("--config").arg(&config).output().unwrap();
+    std::fs::write(
+        &config,
+        "listen = \"127.0.0.1:0\"\n[store]\nengnie = \"redb\"\n",
+    )
+    .unwrap();
+    let out = command()
+        .arg("serve")
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("engnie"));
 }
@@ -94,7 +153,7 @@ fn unknown_config_key_stops_the_server_naming_the_key() {
 #[test]
 fn cli_without_any_token_says_how_to_get_one() {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(binary())
+    let out = command()
         .args(["session", "ls"])
         .env("SPILLWAY_DATA_DIR", dir.path())
         .env_remove("SPILLWAY_TOKEN")
@@ -102,5 +161,8 @@ fn cli_without_any_token_says_how_to_get_one() {
         .unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("SPILLWAY_TOKEN") && stderr.contains("dev-token"), "{stderr}");
+    assert!(
+        stderr.contains("SPILLWAY_TOKEN") && stderr.contains("dev-token"),
+        "{stderr}"
+    );
 }

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use spillway::config::{Config, EngineKind, TokenConfig};
 use spillway::auth::Role;
+use spillway::config::{Config, EngineKind, TokenConfig};
 use spillway::proto::{
     self, payloads_client::PayloadsClient, sessions_client::SessionsClient, upload_chunk::Chunk,
 };
@@ -26,7 +26,12 @@ pub const CAST: &[(&str, &str, &str, &[Role])] = &[
     ("tok-admin", "ada", "acme", &[Role::Admin]),
     ("tok-carol", "carol", "acme", &[Role::Compliance]),
     ("tok-audrey", "audrey", "acme", &[Role::Auditor]),
-    ("tok-mallory", "mallory", "other", &[Role::Agent, Role::Admin]),
+    (
+        "tok-mallory",
+        "mallory",
+        "other",
+        &[Role::Agent, Role::Admin],
+    ),
 ];
 
 pub const ALICE: &str = "tok-alice";
@@ -58,7 +63,8 @@ pub struct Bearer(pub Option<String>);
 impl tonic::service::Interceptor for Bearer {
     fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
         if let Some(t) = &self.0 {
-            req.metadata_mut().insert("authorization", format!("Bearer {t}").parse().unwrap());
+            req.metadata_mut()
+                .insert("authorization", format!("Bearer {t}").parse().unwrap());
         }
         Ok(req)
     }
@@ -112,7 +118,12 @@ impl TestServer {
     async fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
-            if Channel::from_shared(format!("http://{}", self.addr)).unwrap().connect().await.is_ok() {
+            if Channel::from_shared(format!("http://{}", self.addr))
+                .unwrap()
+                .connect()
+                .await
+                .is_ok()
+            {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -121,7 +132,11 @@ impl TestServer {
     }
 
     pub async fn channel(&self) -> Channel {
-        Channel::from_shared(format!("http://{}", self.addr)).unwrap().connect().await.unwrap()
+        Channel::from_shared(format!("http://{}", self.addr))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap()
     }
 
     pub async fn sessions(&self, token: &str) -> SessionsClient<Svc> {
@@ -186,14 +201,26 @@ pub async fn upload(
     header: proto::UploadHeader,
     data: &[u8],
 ) -> Result<proto::Payload, tonic::Status> {
-    let mut chunks = vec![proto::UploadChunk { chunk: Some(Chunk::Header(header)) }];
-    chunks.extend(data.chunks(64 << 10).map(|c| proto::UploadChunk { chunk: Some(Chunk::Data(c.to_vec())) }));
-    client.upload(tokio_stream::iter(chunks)).await.map(|r| r.into_inner())
+    let mut chunks = vec![proto::UploadChunk {
+        chunk: Some(Chunk::Header(header)),
+    }];
+    chunks.extend(data.chunks(64 << 10).map(|c| proto::UploadChunk {
+        chunk: Some(Chunk::Data(bytes::Bytes::copy_from_slice(c))),
+    }));
+    client
+        .upload(tokio_stream::iter(chunks))
+        .await
+        .map(|r| r.into_inner())
 }
 
-pub async fn download(client: &mut PayloadsClient<Svc>, id: &str) -> Result<Vec<u8>, tonic::Status> {
+pub async fn download(
+    client: &mut PayloadsClient<Svc>,
+    id: &str,
+) -> Result<Vec<u8>, tonic::Status> {
     let mut stream = client
-        .download(proto::PayloadRequest { payload_id: id.into() })
+        .download(proto::PayloadRequest {
+            payload_id: id.into(),
+        })
         .await?
         .into_inner();
     let mut out = Vec::new();
@@ -211,10 +238,25 @@ pub fn sha256_hex(data: &[u8]) -> String {
 /// Files in a session's directory, sorted.
 pub fn session_files(data_dir: &Path, session: &str) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(data_dir.join("sessions").join(session))
-        .map(|rd| rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect())
+        .map(|rd| {
+            rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
         .unwrap_or_default();
     names.sort();
     names
+}
+
+/// A command for the binary with no `SPILLWAY_*` variable of the test
+/// process (the server treats unknown ones as config errors).
+pub fn command() -> Command {
+    let mut cmd = Command::new(binary());
+    for (var, _) in std::env::vars() {
+        if var.starts_with("SPILLWAY_") {
+            cmd.env_remove(var);
+        }
+    }
+    cmd
 }
 
 /// The real binary as a child process.
@@ -230,7 +272,11 @@ pub fn binary() -> &'static str {
 
 /// A free loopback port (bound and released; good enough for tests).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// Writes a config file with the cast's tokens.
@@ -253,7 +299,7 @@ impl ProcessServer {
     pub async fn start(config: Option<&Path>, data_dir: &Path, log: PathBuf) -> Self {
         let port = free_port();
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let mut cmd = Command::new(binary());
+        let mut cmd = command();
         cmd.arg("serve")
             .arg("--listen")
             .arg(addr.to_string())
@@ -273,9 +319,17 @@ impl ProcessServer {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Some(status) = server.child.try_wait().unwrap() {
-                panic!("server exited with {status}: {}", std::fs::read_to_string(&server.log).unwrap_or_default());
+                panic!(
+                    "server exited with {status}: {}",
+                    std::fs::read_to_string(&server.log).unwrap_or_default()
+                );
             }
-            if Channel::from_shared(format!("http://{addr}")).unwrap().connect().await.is_ok() {
+            if Channel::from_shared(format!("http://{addr}"))
+                .unwrap()
+                .connect()
+                .await
+                .is_ok()
+            {
                 return server;
             }
             assert!(Instant::now() < deadline, "server did not start");
@@ -284,7 +338,11 @@ impl ProcessServer {
     }
 
     pub async fn channel(&self) -> Channel {
-        Channel::from_shared(format!("http://{}", self.addr)).unwrap().connect().await.unwrap()
+        Channel::from_shared(format!("http://{}", self.addr))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap()
     }
 
     pub async fn payloads(&self, token: &str) -> PayloadsClient<Svc> {
@@ -305,7 +363,12 @@ impl ProcessServer {
     pub fn rss_bytes(&self) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
         let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-        line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+        line.split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            * 1024
     }
 }
 

@@ -24,15 +24,27 @@ struct Acked {
 
 /// Checks every acknowledged payload's metadata, the bytes of those in
 /// `acked[bytes_from..]`, and that no stray file remains.
-async fn verify_all(server: &ProcessServer, data_dir: &std::path::Path, acked: &[Acked], bytes_from: usize) {
+async fn verify_all(
+    server: &ProcessServer,
+    data_dir: &std::path::Path,
+    acked: &[Acked],
+    bytes_from: usize,
+) {
     let mut p = server.payloads(ALICE).await;
     for (i, a) in acked.iter().enumerate() {
         let stat = p
-            .stat(proto::PayloadRequest { payload_id: a.id.clone() })
+            .stat(proto::PayloadRequest {
+                payload_id: a.id.clone(),
+            })
             .await
             .unwrap_or_else(|e| panic!("acknowledged payload {} lost: {e}", a.id))
             .into_inner();
-        assert_eq!((stat.sha256.as_str(), stat.size_bytes), (a.sha256.as_str(), a.size), "{}", a.id);
+        assert_eq!(
+            (stat.sha256.as_str(), stat.size_bytes),
+            (a.sha256.as_str(), a.size),
+            "{}",
+            a.id
+        );
         if i >= bytes_from {
             let bytes = download(&mut p, &a.id).await.unwrap();
             assert_eq!(sha256_hex(&bytes), a.sha256, "bytes of {} changed", a.id);
@@ -40,13 +52,22 @@ async fn verify_all(server: &ProcessServer, data_dir: &std::path::Path, acked: &
     }
     // No temporary or orphan file: each session directory holds exactly the
     // files its metadata names.
-    let sessions = server.sessions(ALICE).await.list_sessions(proto::ListSessionsRequest::default()).await.unwrap();
+    let sessions = server
+        .sessions(ALICE)
+        .await
+        .list_sessions(proto::ListSessionsRequest::default())
+        .await
+        .unwrap();
     for s in sessions.into_inner().sessions {
         let mut names = Vec::new();
         let mut token = String::new();
         loop {
             let page = p
-                .list_payloads(proto::ListPayloadsRequest { session_id: s.id.clone(), page_size: 1000, page_token: token })
+                .list_payloads(proto::ListPayloadsRequest {
+                    session_id: s.id.clone(),
+                    page_size: 1000,
+                    page_token: token,
+                })
                 .await
                 .unwrap()
                 .into_inner();
@@ -57,17 +78,28 @@ async fn verify_all(server: &ProcessServer, data_dir: &std::path::Path, acked: &
             token = page.next_page_token;
         }
         names.sort();
-        assert_eq!(session_files(data_dir, &s.id), names, "session {} holds stray files", s.id);
+        assert_eq!(
+            session_files(data_dir, &s.id),
+            names,
+            "session {} holds stray files",
+            s.id
+        );
     }
     for entry in std::fs::read_dir(data_dir.join("sessions")).unwrap() {
         let name = entry.unwrap().file_name().to_string_lossy().into_owned();
-        assert!(name.starts_with("ses_"), "stray entry {name:?} in the sessions directory");
+        assert!(
+            name.starts_with("ses_"),
+            "stray entry {name:?} in the sessions directory"
+        );
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn acknowledged_uploads_survive_kill_9_and_leave_no_orphans() {
-    let seed: u64 = std::env::var("SPILLWAY_CRASH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random);
+    let seed: u64 = std::env::var("SPILLWAY_CRASH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
     eprintln!("crash test seed {seed} (set SPILLWAY_CRASH_SEED to replay)");
     let mut rng = StdRng::seed_from_u64(seed);
     let dir = tempfile::tempdir().unwrap();
@@ -78,7 +110,12 @@ async fn acknowledged_uploads_survive_kill_9_and_leave_no_orphans() {
     let mut verified_bytes = 0usize;
 
     for round in 0..ROUNDS {
-        let mut server = ProcessServer::start(Some(&config), &data_dir, dir.path().join(format!("round{round}.log"))).await;
+        let mut server = ProcessServer::start(
+            Some(&config),
+            &data_dir,
+            dir.path().join(format!("round{round}.log")),
+        )
+        .await;
         let snapshot = acked.lock().unwrap().clone();
         verify_all(&server, &data_dir, &snapshot, verified_bytes).await;
         verified_bytes = snapshot.len();
@@ -123,7 +160,9 @@ async fn acknowledged_uploads_survive_kill_9_and_leave_no_orphans() {
             });
         }
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while acked.lock().unwrap().len() - acked_before < kill_after && std::time::Instant::now() < deadline {
+        while acked.lock().unwrap().len() - acked_before < kill_after
+            && std::time::Instant::now() < deadline
+        {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         server.kill9();
@@ -143,15 +182,26 @@ async fn acknowledged_uploads_survive_kill_9_and_leave_no_orphans() {
         acked.len(),
         sessions.len()
     );
-    assert!(!acked.is_empty(), "no upload was acknowledged: the test proved nothing");
-    assert!(interrupted > 0, "kill -9 never interrupted an upload: the test proved nothing");
+    assert!(
+        !acked.is_empty(),
+        "no upload was acknowledged: the test proved nothing"
+    );
+    assert!(
+        interrupted > 0,
+        "kill -9 never interrupted an upload: the test proved nothing"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_1_gib_upload_grows_server_rss_by_less_than_64_mib() {
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path());
-    let server = ProcessServer::start(Some(&config), &dir.path().join("data"), dir.path().join("server.log")).await;
+    let server = ProcessServer::start(
+        Some(&config),
+        &dir.path().join("data"),
+        dir.path().join("server.log"),
+    )
+    .await;
     let session = server
         .sessions(ALICE)
         .await
@@ -168,7 +218,10 @@ async fn a_1_gib_upload_grows_server_rss_by_less_than_64_mib() {
     let sampler = std::thread::spawn(move || {
         while !sampler_stop.load(std::sync::atomic::Ordering::Relaxed) {
             if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status"))
-                && let Some(kb) = status.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                && let Some(kb) = status
+                    .lines()
+                    .find(|l| l.starts_with("VmRSS:"))
+                    .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
             {
                 sampler_peak.fetch_max(kb * 1024, std::sync::atomic::Ordering::Relaxed);
             }
@@ -178,22 +231,44 @@ async fn a_1_gib_upload_grows_server_rss_by_less_than_64_mib() {
 
     const TOTAL: usize = 1 << 30;
     const CHUNK: usize = 1 << 20;
-    let chunk: Vec<u8> = (0..CHUNK).map(|i| (i % 251) as u8).collect();
+    let chunk: bytes::Bytes = (0..CHUNK)
+        .map(|i| (i % 251) as u8)
+        .collect::<Vec<u8>>()
+        .into();
     let mut hasher = <sha2::Sha256 as sha2::Digest>::new();
     for _ in 0..TOTAL / CHUNK {
         sha2::Digest::update(&mut hasher, &chunk);
     }
     let expected = hex::encode(sha2::Digest::finalize(hasher));
-    let header_chunk = proto::UploadChunk { chunk: Some(proto::upload_chunk::Chunk::Header(header(&session.id, "huge.bin"))) };
-    let data_chunks = (0..TOTAL / CHUNK).map(move |_| proto::UploadChunk { chunk: Some(proto::upload_chunk::Chunk::Data(chunk.clone())) });
+    let header_chunk = proto::UploadChunk {
+        chunk: Some(proto::upload_chunk::Chunk::Header(header(
+            &session.id,
+            "huge.bin",
+        ))),
+    };
+    let data_chunks = (0..TOTAL / CHUNK).map(move |_| proto::UploadChunk {
+        chunk: Some(proto::upload_chunk::Chunk::Data(chunk.clone())),
+    });
     let stream = tokio_stream::iter(std::iter::once(header_chunk).chain(data_chunks));
-    let stored = server.payloads(ALICE).await.upload(stream).await.unwrap().into_inner();
+    let stored = server
+        .payloads(ALICE)
+        .await
+        .upload(stream)
+        .await
+        .unwrap()
+        .into_inner();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     sampler.join().unwrap();
 
     assert_eq!(stored.size_bytes, TOTAL as u64);
     assert_eq!(stored.sha256, expected);
-    let growth = peak.load(std::sync::atomic::Ordering::Relaxed).saturating_sub(baseline);
+    let growth = peak
+        .load(std::sync::atomic::Ordering::Relaxed)
+        .saturating_sub(baseline);
     eprintln!("1 GiB upload: server RSS grew by {} MiB", growth >> 20);
-    assert!(growth < 64 << 20, "server RSS grew by {} MiB during a 1 GiB upload", growth >> 20);
+    assert!(
+        growth < 64 << 20,
+        "server RSS grew by {} MiB during a 1 GiB upload",
+        growth >> 20
+    );
 }

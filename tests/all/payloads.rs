@@ -7,7 +7,10 @@ use tonic::Code;
 use crate::common::*;
 
 fn numbered_lines(n: usize) -> Vec<u8> {
-    (1..=n).map(|i| format!("{{\"id\":{i},\"title\":\"item {i}\"}}\n")).collect::<String>().into_bytes()
+    (1..=n)
+        .map(|i| format!("{{\"id\":{i},\"title\":\"item {i}\"}}\n"))
+        .collect::<String>()
+        .into_bytes()
 }
 
 #[tokio::test]
@@ -30,7 +33,13 @@ async fn upload_stat_read_download_round_trip_byte_identical() {
     assert_eq!(stored.sha256, sha256_hex(&data));
     assert_eq!(stored.estimated_tokens, (data.len() as u64).div_ceil(4));
 
-    let stat = p.stat(proto::PayloadRequest { payload_id: stored.id.clone() }).await.unwrap().into_inner();
+    let stat = p
+        .stat(proto::PayloadRequest {
+            payload_id: stored.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(stat, stored);
     assert_eq!(download(&mut p, &stored.id).await.unwrap(), data);
 
@@ -38,20 +47,35 @@ async fn upload_stat_read_download_round_trip_byte_identical() {
         .read(proto::ReadRequest {
             payload_id: stored.id.clone(),
             max_bytes: 0,
-            range: Some(Range::LineRange(proto::LineRange { start_line: 12_345, end_line: 12_346 })),
+            range: Some(Range::LineRange(proto::LineRange {
+                start_line: 12_345,
+                end_line: 12_346,
+            })),
         })
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(r.data, b"{\"id\":12345,\"title\":\"item 12345\"}\n{\"id\":12346,\"title\":\"item 12346\"}\n");
-    assert_eq!((r.first_line, r.last_line, r.total_lines, r.eof), (12_345, 12_346, 20_000, false));
-    assert_eq!(&data[r.start_offset as usize..r.end_offset as usize], r.data.as_slice());
+    assert_eq!(
+        r.data,
+        b"{\"id\":12345,\"title\":\"item 12345\"}\n{\"id\":12346,\"title\":\"item 12346\"}\n"
+    );
+    assert_eq!(
+        (r.first_line, r.last_line, r.total_lines, r.eof),
+        (12_345, 12_346, 20_000, false)
+    );
+    assert_eq!(
+        &data[r.start_offset as usize..r.end_offset as usize],
+        r.data.as_slice()
+    );
 
     let r = p
         .read(proto::ReadRequest {
             payload_id: stored.id.clone(),
             max_bytes: 10,
-            range: Some(Range::ByteRange(proto::ByteRange { offset: 5, length: 1000 })),
+            range: Some(Range::ByteRange(proto::ByteRange {
+                offset: 5,
+                length: 1000,
+            })),
         })
         .await
         .unwrap()
@@ -66,11 +90,24 @@ async fn read_defaults_to_64_kib_and_clamps_to_the_ceiling() {
     let session = create_session(&server, ALICE).await;
     let mut p = server.payloads(ALICE).await;
     let data = vec![b'x'; 6 << 20];
-    let stored = upload(&mut p, header(&session.id, "big.txt"), &data).await.unwrap();
-    let r = p.read(proto::ReadRequest { payload_id: stored.id.clone(), ..Default::default() }).await.unwrap().into_inner();
+    let stored = upload(&mut p, header(&session.id, "big.txt"), &data)
+        .await
+        .unwrap();
+    let r = p
+        .read(proto::ReadRequest {
+            payload_id: stored.id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(r.data.len(), 64 << 10);
     let r = p
-        .read(proto::ReadRequest { payload_id: stored.id.clone(), max_bytes: 1 << 30, range: None })
+        .read(proto::ReadRequest {
+            payload_id: stored.id.clone(),
+            max_bytes: 1 << 30,
+            range: None,
+        })
         .await
         .unwrap()
         .into_inner();
@@ -82,12 +119,17 @@ async fn line_range_past_the_end_is_out_of_range_with_the_line_count() {
     let server = TestServer::start().await;
     let session = create_session(&server, ALICE).await;
     let mut p = server.payloads(ALICE).await;
-    let stored = upload(&mut p, header(&session.id, "l.txt"), b"one\ntwo\n").await.unwrap();
+    let stored = upload(&mut p, header(&session.id, "l.txt"), b"one\ntwo\n")
+        .await
+        .unwrap();
     let err = p
         .read(proto::ReadRequest {
             payload_id: stored.id,
             max_bytes: 0,
-            range: Some(Range::LineRange(proto::LineRange { start_line: 3, end_line: 4 })),
+            range: Some(Range::LineRange(proto::LineRange {
+                start_line: 3,
+                end_line: 4,
+            })),
         })
         .await
         .unwrap_err();
@@ -104,8 +146,18 @@ async fn sha256_mismatch_is_invalid_argument_and_stores_nothing() {
     h.expected_sha256 = sha256_hex(b"something else");
     let err = upload(&mut p, h, b"actual bytes").await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
-    assert!(err.message().contains("nothing was stored"), "{}", err.message());
-    let listed = p.list_payloads(proto::ListPayloadsRequest { session_id: session.id.clone(), ..Default::default() }).await.unwrap();
+    assert!(
+        err.message().contains("nothing was stored"),
+        "{}",
+        err.message()
+    );
+    let listed = p
+        .list_payloads(proto::ListPayloadsRequest {
+            session_id: session.id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
     assert!(listed.into_inner().payloads.is_empty());
     assert!(session_files(&server.data_dir(), &session.id).is_empty());
 }
@@ -115,12 +167,21 @@ async fn upload_over_the_payload_limit_is_resource_exhausted_and_stores_nothing(
     let server = TestServer::start_with(|c| c.limits.max_payload_bytes = 100_000).await;
     let session = create_session(&server, ALICE).await;
     let mut p = server.payloads(ALICE).await;
-    let err = upload(&mut p, header(&session.id, "big.bin"), &vec![1u8; 100_001]).await.unwrap_err();
+    let err = upload(&mut p, header(&session.id, "big.bin"), &vec![1u8; 100_001])
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::ResourceExhausted);
-    assert!(err.message().contains("limits.max_payload_bytes is 100000 bytes"), "{}", err.message());
+    assert!(
+        err.message()
+            .contains("limits.max_payload_bytes is 100000 bytes"),
+        "{}",
+        err.message()
+    );
     assert!(session_files(&server.data_dir(), &session.id).is_empty());
     // Exactly at the limit is fine.
-    upload(&mut p, header(&session.id, "ok.bin"), &vec![1u8; 100_000]).await.unwrap();
+    upload(&mut p, header(&session.id, "ok.bin"), &vec![1u8; 100_000])
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -129,12 +190,20 @@ async fn oversize_upload_chunk_is_resource_exhausted_and_stores_nothing() {
     let session = create_session(&server, ALICE).await;
     let mut p = server.payloads(ALICE).await;
     let chunks = vec![
-        proto::UploadChunk { chunk: Some(Chunk::Header(header(&session.id, "c.bin"))) },
-        proto::UploadChunk { chunk: Some(Chunk::Data(vec![0u8; 200_000])) },
+        proto::UploadChunk {
+            chunk: Some(Chunk::Header(header(&session.id, "c.bin"))),
+        },
+        proto::UploadChunk {
+            chunk: Some(Chunk::Data(vec![0u8; 200_000].into())),
+        },
     ];
     let err = p.upload(tokio_stream::iter(chunks)).await.unwrap_err();
     assert_eq!(err.code(), Code::ResourceExhausted, "{}", err.message());
-    assert!(err.message().contains("max_request_message_bytes"), "{}", err.message());
+    assert!(
+        err.message().contains("max_request_message_bytes"),
+        "{}",
+        err.message()
+    );
     assert!(session_files(&server.data_dir(), &session.id).is_empty());
 }
 
@@ -143,15 +212,39 @@ async fn upload_stream_must_start_with_one_header() {
     let server = TestServer::start().await;
     let session = create_session(&server, ALICE).await;
     let mut p = server.payloads(ALICE).await;
-    let data_first = vec![proto::UploadChunk { chunk: Some(Chunk::Data(b"x".to_vec())) }];
-    assert_eq!(p.upload(tokio_stream::iter(data_first)).await.unwrap_err().code(), Code::InvalidArgument);
+    let data_first = vec![proto::UploadChunk {
+        chunk: Some(Chunk::Data(bytes::Bytes::from_static(b"x"))),
+    }];
+    assert_eq!(
+        p.upload(tokio_stream::iter(data_first))
+            .await
+            .unwrap_err()
+            .code(),
+        Code::InvalidArgument
+    );
     let empty: Vec<proto::UploadChunk> = vec![];
-    assert_eq!(p.upload(tokio_stream::iter(empty)).await.unwrap_err().code(), Code::InvalidArgument);
+    assert_eq!(
+        p.upload(tokio_stream::iter(empty))
+            .await
+            .unwrap_err()
+            .code(),
+        Code::InvalidArgument
+    );
     let two_headers = vec![
-        proto::UploadChunk { chunk: Some(Chunk::Header(header(&session.id, "a"))) },
-        proto::UploadChunk { chunk: Some(Chunk::Header(header(&session.id, "b"))) },
+        proto::UploadChunk {
+            chunk: Some(Chunk::Header(header(&session.id, "a"))),
+        },
+        proto::UploadChunk {
+            chunk: Some(Chunk::Header(header(&session.id, "b"))),
+        },
     ];
-    assert_eq!(p.upload(tokio_stream::iter(two_headers)).await.unwrap_err().code(), Code::InvalidArgument);
+    assert_eq!(
+        p.upload(tokio_stream::iter(two_headers))
+            .await
+            .unwrap_err()
+            .code(),
+        Code::InvalidArgument
+    );
     assert!(session_files(&server.data_dir(), &session.id).is_empty());
 }
 
@@ -162,11 +255,15 @@ async fn closed_session_refuses_uploads_with_failed_precondition() {
     server
         .sessions(ALICE)
         .await
-        .close_session(proto::CloseSessionRequest { session_id: session.id.clone() })
+        .close_session(proto::CloseSessionRequest {
+            session_id: session.id.clone(),
+        })
         .await
         .unwrap();
     let mut p = server.payloads(ALICE).await;
-    let err = upload(&mut p, header(&session.id, "late.txt"), b"late").await.unwrap_err();
+    let err = upload(&mut p, header(&session.id, "late.txt"), b"late")
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition);
     assert!(err.message().contains("read-only"), "{}", err.message());
 }
@@ -176,21 +273,38 @@ async fn payload_access_follows_session_visibility() {
     let server = TestServer::start().await;
     let session = create_session(&server, ALICE).await;
     let mut p = server.payloads(ALICE).await;
-    let stored = upload(&mut p, header(&session.id, "secret.txt"), b"alice only").await.unwrap();
+    let stored = upload(&mut p, header(&session.id, "secret.txt"), b"alice only")
+        .await
+        .unwrap();
     for token in [BOB, MALLORY] {
         let mut other = server.payloads(token).await;
-        let err = other.stat(proto::PayloadRequest { payload_id: stored.id.clone() }).await.unwrap_err();
+        let err = other
+            .stat(proto::PayloadRequest {
+                payload_id: stored.id.clone(),
+            })
+            .await
+            .unwrap_err();
         assert_eq!(err.code(), Code::NotFound, "{token}");
         let err = download(&mut other, &stored.id).await.unwrap_err();
         assert_eq!(err.code(), Code::NotFound, "{token}");
-        let err = upload(&mut other, header(&session.id, "intruder.txt"), b"x").await.unwrap_err();
+        let err = upload(&mut other, header(&session.id, "intruder.txt"), b"x")
+            .await
+            .unwrap_err();
         assert_eq!(err.code(), Code::NotFound, "{token}");
     }
     // Compliance sees metadata but not content.
     let mut carol = server.payloads("tok-carol").await;
-    carol.stat(proto::PayloadRequest { payload_id: stored.id.clone() }).await.unwrap();
+    carol
+        .stat(proto::PayloadRequest {
+            payload_id: stored.id.clone(),
+        })
+        .await
+        .unwrap();
     let err = carol
-        .read(proto::ReadRequest { payload_id: stored.id.clone(), ..Default::default() })
+        .read(proto::ReadRequest {
+            payload_id: stored.id.clone(),
+            ..Default::default()
+        })
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::PermissionDenied);
@@ -202,27 +316,49 @@ async fn shared_principal_can_read_and_upload() {
     let session = server
         .sessions(ALICE)
         .await
-        .create_session(proto::CreateSessionRequest { share_with: vec!["bob".into()], ..Default::default() })
+        .create_session(proto::CreateSessionRequest {
+            share_with: vec!["bob".into()],
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner();
     let mut alice = server.payloads(ALICE).await;
-    let stored = upload(&mut alice, header(&session.id, "shared.txt"), b"for bob").await.unwrap();
+    let stored = upload(&mut alice, header(&session.id, "shared.txt"), b"for bob")
+        .await
+        .unwrap();
     let mut bob = server.payloads(BOB).await;
     assert_eq!(download(&mut bob, &stored.id).await.unwrap(), b"for bob");
-    upload(&mut bob, header(&session.id, "from-bob.txt"), b"hi").await.unwrap();
+    upload(&mut bob, header(&session.id, "from-bob.txt"), b"hi")
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
 async fn unknown_and_malformed_payload_ids() {
     let server = TestServer::start().await;
     let mut p = server.payloads(ALICE).await;
-    let err = p.stat(proto::PayloadRequest { payload_id: "pl_nope".into() }).await.unwrap_err();
+    let err = p
+        .stat(proto::PayloadRequest {
+            payload_id: "pl_nope".into(),
+        })
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
     assert!(err.message().contains("pl_"), "{}", err.message());
-    let err = p.stat(proto::PayloadRequest { payload_id: format!("pl_{}", "a".repeat(32)) }).await.unwrap_err();
+    let err = p
+        .stat(proto::PayloadRequest {
+            payload_id: format!("pl_{}", "a".repeat(32)),
+        })
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::NotFound);
-    let err = p.stat(proto::PayloadRequest { payload_id: String::new() }).await.unwrap_err();
+    let err = p
+        .stat(proto::PayloadRequest {
+            payload_id: String::new(),
+        })
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
 }
 
@@ -231,12 +367,19 @@ async fn names_are_sanitized_and_made_unique() {
     let server = TestServer::start().await;
     let session = create_session(&server, ALICE).await;
     let mut p = server.payloads(ALICE).await;
-    let a = upload(&mut p, header(&session.id, "../../etc/passwd"), b"1").await.unwrap();
-    let b = upload(&mut p, header(&session.id, "../../etc/passwd"), b"2").await.unwrap();
+    let a = upload(&mut p, header(&session.id, "../../etc/passwd"), b"1")
+        .await
+        .unwrap();
+    let b = upload(&mut p, header(&session.id, "../../etc/passwd"), b"2")
+        .await
+        .unwrap();
     assert_eq!(a.name, "_.._etc_passwd");
     assert_eq!(b.name, "_.._etc_passwd-2");
     let files = session_files(&server.data_dir(), &session.id);
-    assert_eq!(files, vec!["_.._etc_passwd".to_string(), "_.._etc_passwd-2".to_string()]);
+    assert_eq!(
+        files,
+        vec!["_.._etc_passwd".to_string(), "_.._etc_passwd-2".to_string()]
+    );
 }
 
 #[tokio::test]
@@ -244,18 +387,38 @@ async fn delete_payload_returns_a_receipt_and_removes_file_and_metadata() {
     let server = TestServer::start().await;
     let session = create_session(&server, ALICE).await;
     let mut p = server.payloads(ALICE).await;
-    let stored = upload(&mut p, header(&session.id, "gone.txt"), b"bye").await.unwrap();
+    let stored = upload(&mut p, header(&session.id, "gone.txt"), b"bye")
+        .await
+        .unwrap();
     let receipt = p
-        .delete_payload(proto::DeletePayloadRequest { payload_id: stored.id.clone(), reason: "cleanup".into() })
+        .delete_payload(proto::DeletePayloadRequest {
+            payload_id: stored.id.clone(),
+            reason: "cleanup".into(),
+        })
         .await
         .unwrap()
         .into_inner();
     assert_eq!(receipt.deleted_payload_ids, vec![stored.id.clone()]);
     assert_eq!(receipt.content_sha256, vec![stored.sha256.clone()]);
     assert_eq!(receipt.bytes_deleted, 3);
-    assert_eq!(p.stat(proto::PayloadRequest { payload_id: stored.id.clone() }).await.unwrap_err().code(), Code::NotFound);
+    assert_eq!(
+        p.stat(proto::PayloadRequest {
+            payload_id: stored.id.clone()
+        })
+        .await
+        .unwrap_err()
+        .code(),
+        Code::NotFound
+    );
     assert!(session_files(&server.data_dir(), &session.id).is_empty());
-    let s = server.sessions(ALICE).await.get_session(proto::GetSessionRequest { session_id: session.id }).await.unwrap();
+    let s = server
+        .sessions(ALICE)
+        .await
+        .get_session(proto::GetSessionRequest {
+            session_id: session.id,
+        })
+        .await
+        .unwrap();
     assert_eq!(s.into_inner().usage.unwrap().payloads, 0);
 }
 
@@ -266,12 +429,24 @@ async fn delete_session_receipt_lists_every_payload() {
     let mut p = server.payloads(ALICE).await;
     let mut ids = Vec::new();
     for i in 0..3 {
-        ids.push(upload(&mut p, header(&session.id, &format!("{i}.txt")), format!("payload {i}").as_bytes()).await.unwrap().id);
+        ids.push(
+            upload(
+                &mut p,
+                header(&session.id, &format!("{i}.txt")),
+                format!("payload {i}").as_bytes(),
+            )
+            .await
+            .unwrap()
+            .id,
+        );
     }
     let receipt = server
         .sessions(ALICE)
         .await
-        .delete_session(proto::DeleteSessionRequest { session_id: session.id.clone(), reason: String::new() })
+        .delete_session(proto::DeleteSessionRequest {
+            session_id: session.id.clone(),
+            reason: String::new(),
+        })
         .await
         .unwrap()
         .into_inner();
@@ -281,7 +456,13 @@ async fn delete_session_receipt_lists_every_payload() {
     assert_eq!(got, ids);
     assert_eq!(receipt.bytes_deleted, 27);
     for id in ids {
-        assert_eq!(p.stat(proto::PayloadRequest { payload_id: id }).await.unwrap_err().code(), Code::NotFound);
+        assert_eq!(
+            p.stat(proto::PayloadRequest { payload_id: id })
+                .await
+                .unwrap_err()
+                .code(),
+            Code::NotFound
+        );
     }
 }
 
@@ -292,14 +473,23 @@ async fn list_payloads_pages_in_creation_order() {
     let mut p = server.payloads(ALICE).await;
     let mut ids = Vec::new();
     for i in 0..5 {
-        ids.push(upload(&mut p, header(&session.id, &format!("{i}.txt")), b"x").await.unwrap().id);
+        ids.push(
+            upload(&mut p, header(&session.id, &format!("{i}.txt")), b"x")
+                .await
+                .unwrap()
+                .id,
+        );
         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
     }
     let mut seen = Vec::new();
     let mut token = String::new();
     loop {
         let page = p
-            .list_payloads(proto::ListPayloadsRequest { session_id: session.id.clone(), page_size: 2, page_token: token })
+            .list_payloads(proto::ListPayloadsRequest {
+                session_id: session.id.clone(),
+                page_size: 2,
+                page_token: token,
+            })
             .await
             .unwrap()
             .into_inner();

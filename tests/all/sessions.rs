@@ -20,43 +20,89 @@ async fn creates_gets_lists_closes_and_deletes_a_session() {
         .unwrap()
         .into_inner();
     assert!(created.id.starts_with("ses_"));
-    assert_eq!((created.tenant.as_str(), created.owner.as_str()), ("acme", "alice"));
+    assert_eq!(
+        (created.tenant.as_str(), created.owner.as_str()),
+        ("acme", "alice")
+    );
     assert_eq!(created.state, SessionState::Open as i32);
     assert!(created.expires_at.unwrap().seconds > created.created_at.unwrap().seconds);
     assert!(created.policy.is_some());
 
-    let got = s.get_session(proto::GetSessionRequest { session_id: created.id.clone() }).await.unwrap().into_inner();
+    let got = s
+        .get_session(proto::GetSessionRequest {
+            session_id: created.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(got.labels.get("ticket").map(String::as_str), Some("T-1"));
 
-    let listed = s.list_sessions(proto::ListSessionsRequest::default()).await.unwrap().into_inner();
+    let listed = s
+        .list_sessions(proto::ListSessionsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(listed.sessions.len(), 1);
 
-    let closed = s.close_session(proto::CloseSessionRequest { session_id: created.id.clone() }).await.unwrap().into_inner();
+    let closed = s
+        .close_session(proto::CloseSessionRequest {
+            session_id: created.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(closed.state, SessionState::Closed as i32);
     assert!(closed.closed_at.is_some());
     let open_only = s
-        .list_sessions(proto::ListSessionsRequest { state: SessionState::Open as i32, ..Default::default() })
+        .list_sessions(proto::ListSessionsRequest {
+            state: SessionState::Open as i32,
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner();
     assert!(open_only.sessions.is_empty());
 
     let receipt = s
-        .delete_session(proto::DeleteSessionRequest { session_id: created.id.clone(), reason: "done".into() })
+        .delete_session(proto::DeleteSessionRequest {
+            session_id: created.id.clone(),
+            reason: "done".into(),
+        })
         .await
         .unwrap()
         .into_inner();
     assert!(receipt.id.starts_with("rcpt_"));
-    assert_eq!((receipt.target_id.as_str(), receipt.requested_by.as_str()), (created.id.as_str(), "alice"));
-    let err = s.get_session(proto::GetSessionRequest { session_id: created.id.clone() }).await.unwrap_err();
+    assert_eq!(
+        (receipt.target_id.as_str(), receipt.requested_by.as_str()),
+        (created.id.as_str(), "alice")
+    );
+    let err = s
+        .get_session(proto::GetSessionRequest {
+            session_id: created.id.clone(),
+        })
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::NotFound);
-    assert!(!server.data_dir().join("sessions").join(&created.id).exists());
+    assert!(
+        !server
+            .data_dir()
+            .join("sessions")
+            .join(&created.id)
+            .exists()
+    );
 }
 
 #[tokio::test]
 async fn calls_without_a_valid_token_are_unauthenticated() {
     let server = TestServer::start().await;
-    let err = server.anonymous_payloads().await.stat(proto::PayloadRequest { payload_id: "pl_x".into() }).await.unwrap_err();
+    let err = server
+        .anonymous_payloads()
+        .await
+        .stat(proto::PayloadRequest {
+            payload_id: "pl_x".into(),
+        })
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::Unauthenticated);
     assert!(err.message().contains("Bearer"), "{}", err.message());
     let err = server
@@ -76,18 +122,30 @@ async fn other_tenants_and_unshared_principals_get_not_found() {
         let err = server
             .sessions(token)
             .await
-            .get_session(proto::GetSessionRequest { session_id: session.id.clone() })
+            .get_session(proto::GetSessionRequest {
+                session_id: session.id.clone(),
+            })
             .await
             .unwrap_err();
         assert_eq!(err.code(), Code::NotFound, "{token}");
-        let listed = server.sessions(token).await.list_sessions(proto::ListSessionsRequest::default()).await.unwrap();
-        assert!(listed.into_inner().sessions.is_empty(), "{token} must not list alice's session");
+        let listed = server
+            .sessions(token)
+            .await
+            .list_sessions(proto::ListSessionsRequest::default())
+            .await
+            .unwrap();
+        assert!(
+            listed.into_inner().sessions.is_empty(),
+            "{token} must not list alice's session"
+        );
     }
     // The admin of the same tenant sees it.
     server
         .sessions("tok-admin")
         .await
-        .get_session(proto::GetSessionRequest { session_id: session.id.clone() })
+        .get_session(proto::GetSessionRequest {
+            session_id: session.id.clone(),
+        })
         .await
         .unwrap();
 }
@@ -109,10 +167,20 @@ async fn roles_outside_the_table_get_permission_denied() {
 async fn malformed_and_unknown_ids_are_distinguished() {
     let server = TestServer::start().await;
     let mut s = server.sessions(ALICE).await;
-    let err = s.get_session(proto::GetSessionRequest { session_id: "ses_../../etc".into() }).await.unwrap_err();
+    let err = s
+        .get_session(proto::GetSessionRequest {
+            session_id: "ses_../../etc".into(),
+        })
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
     let unknown = format!("ses_{}", "0".repeat(32));
-    let err = s.get_session(proto::GetSessionRequest { session_id: unknown }).await.unwrap_err();
+    let err = s
+        .get_session(proto::GetSessionRequest {
+            session_id: unknown,
+        })
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::NotFound);
 }
 
@@ -128,7 +196,11 @@ async fn list_sessions_pages_through_everything_once() {
     let mut token = String::new();
     loop {
         let page = s
-            .list_sessions(proto::ListSessionsRequest { page_size: 3, page_token: token, ..Default::default() })
+            .list_sessions(proto::ListSessionsRequest {
+                page_size: 3,
+                page_token: token,
+                ..Default::default()
+            })
             .await
             .unwrap()
             .into_inner();
@@ -143,7 +215,10 @@ async fn list_sessions_pages_through_everything_once() {
     seen.sort();
     assert_eq!(made, seen);
     let err = s
-        .list_sessions(proto::ListSessionsRequest { page_token: "zz-not-hex".into(), ..Default::default() })
+        .list_sessions(proto::ListSessionsRequest {
+            page_token: "zz-not-hex".into(),
+            ..Default::default()
+        })
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
@@ -155,11 +230,19 @@ async fn oversize_unary_message_is_resource_exhausted_naming_the_limit() {
     let err = server
         .sessions(ALICE)
         .await
-        .create_session(proto::CreateSessionRequest { label: "x".repeat(100_000), ..Default::default() })
+        .create_session(proto::CreateSessionRequest {
+            label: "x".repeat(100_000),
+            ..Default::default()
+        })
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::ResourceExhausted, "{}", err.message());
-    assert!(err.message().contains("limits.max_request_message_bytes (65536 bytes)"), "{}", err.message());
+    assert!(
+        err.message()
+            .contains("limits.max_request_message_bytes (65536 bytes)"),
+        "{}",
+        err.message()
+    );
 }
 
 #[tokio::test]
@@ -168,23 +251,44 @@ async fn health_reports_serving_and_reflection_lists_the_services() {
     let server = TestServer::start().await;
     let mut health = HealthClient::new(server.channel().await);
     let resp = health
-        .check(HealthCheckRequest { service: "spillway.v1.Payloads".into() })
+        .check(HealthCheckRequest {
+            service: "spillway.v1.Payloads".into(),
+        })
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(resp.status, tonic_health::pb::health_check_response::ServingStatus::Serving as i32);
+    assert_eq!(
+        resp.status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
 
     use tonic_reflection::pb::v1::{
         ServerReflectionRequest, server_reflection_client::ServerReflectionClient,
         server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
     };
-    let mut reflection = ServerReflectionClient::with_interceptor(server.channel().await, Bearer(Some(ALICE.into())));
-    let req = ServerReflectionRequest { host: String::new(), message_request: Some(MessageRequest::ListServices(String::new())) };
-    let mut stream = reflection.server_reflection_info(tokio_stream::iter([req])).await.unwrap().into_inner();
+    let mut reflection = ServerReflectionClient::with_interceptor(
+        server.channel().await,
+        Bearer(Some(ALICE.into())),
+    );
+    let req = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut stream = reflection
+        .server_reflection_info(tokio_stream::iter([req]))
+        .await
+        .unwrap()
+        .into_inner();
     let msg = stream.message().await.unwrap().unwrap();
-    let Some(MessageResponse::ListServicesResponse(list)) = msg.message_response else { panic!("unexpected reply") };
+    let Some(MessageResponse::ListServicesResponse(list)) = msg.message_response else {
+        panic!("unexpected reply")
+    };
     let names: Vec<_> = list.service.into_iter().map(|s| s.name).collect();
-    assert!(names.contains(&"spillway.v1.Sessions".to_string()) && names.contains(&"spillway.v1.Payloads".to_string()), "{names:?}");
+    assert!(
+        names.contains(&"spillway.v1.Sessions".to_string())
+            && names.contains(&"spillway.v1.Payloads".to_string()),
+        "{names:?}"
+    );
 }
 
 #[tokio::test]
@@ -192,9 +296,18 @@ async fn data_survives_a_graceful_restart() {
     let server = TestServer::start().await;
     let session = create_session(&server, ALICE).await;
     let mut p = server.payloads(ALICE).await;
-    let stored = upload(&mut p, header(&session.id, "a.txt"), b"kept across restarts\n").await.unwrap();
+    let stored = upload(
+        &mut p,
+        header(&session.id, "a.txt"),
+        b"kept across restarts\n",
+    )
+    .await
+    .unwrap();
     let (dir, config) = server.stop().await;
     let server = TestServer::start_in(dir, config).await;
     let mut p = server.payloads(ALICE).await;
-    assert_eq!(download(&mut p, &stored.id).await.unwrap(), b"kept across restarts\n");
+    assert_eq!(
+        download(&mut p, &stored.id).await.unwrap(),
+        b"kept across restarts\n"
+    );
 }
