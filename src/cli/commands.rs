@@ -66,12 +66,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 is_error: false,
             };
             let p = upload(&mut c, header, &file).await?;
-            if json {
-                output::json(&p)
-            } else {
-                output::payload(&p);
-                Ok(())
-            }
+            output::show(json, &p, output::payload)
         }
         Command::Stat { payload } => {
             let p = c
@@ -81,12 +76,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 })
                 .await?
                 .into_inner();
-            if json {
-                output::json(&p)
-            } else {
-                output::payload(&p);
-                Ok(())
-            }
+            output::show(json, &p, output::payload)
         }
         Command::Ls { session } => {
             let mut token = String::new();
@@ -213,12 +203,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 })
                 .await?
                 .into_inner();
-            if json {
-                output::json(&r)
-            } else {
-                output::receipt(&r);
-                Ok(())
-            }
+            output::show(json, &r, output::receipt)
         }
     }
 }
@@ -249,12 +234,7 @@ async fn session(c: &mut Clients, cmd: SessionCommand, json: bool) -> anyhow::Re
                 })
                 .await?
                 .into_inner();
-            if json {
-                output::json(&s)
-            } else {
-                output::session(&s);
-                Ok(())
-            }
+            output::show(json, &s, output::session)
         }
         SessionCommand::Get { session } => {
             let s = c
@@ -264,12 +244,7 @@ async fn session(c: &mut Clients, cmd: SessionCommand, json: bool) -> anyhow::Re
                 })
                 .await?
                 .into_inner();
-            if json {
-                output::json(&s)
-            } else {
-                output::session(&s);
-                Ok(())
-            }
+            output::show(json, &s, output::session)
         }
         SessionCommand::Ls { state } => {
             let state = match state.as_deref() {
@@ -307,12 +282,7 @@ async fn session(c: &mut Clients, cmd: SessionCommand, json: bool) -> anyhow::Re
                 })
                 .await?
                 .into_inner();
-            if json {
-                output::json(&s)
-            } else {
-                output::session(&s);
-                Ok(())
-            }
+            output::show(json, &s, output::session)
         }
         SessionCommand::Rm { session, reason } => {
             let r = c
@@ -323,12 +293,7 @@ async fn session(c: &mut Clients, cmd: SessionCommand, json: bool) -> anyhow::Re
                 })
                 .await?
                 .into_inner();
-            if json {
-                output::json(&r)
-            } else {
-                output::receipt(&r);
-                Ok(())
-            }
+            output::show(json, &r, output::receipt)
         }
     }
 }

@@ -12,6 +12,15 @@ pub fn json<T: Serialize>(msg: &T) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Prints `msg` as JSON with `--json`, else in its human form.
+pub fn show<T: Serialize>(json: bool, msg: &T, human: fn(&T)) -> anyhow::Result<()> {
+    if json {
+        return self::json(msg);
+    }
+    human(msg);
+    Ok(())
+}
+
 fn time(ts: Option<&pbjson_types::Timestamp>) -> String {
     match ts {
         Some(t) if t.seconds > 0 => {

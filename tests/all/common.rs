@@ -72,6 +72,40 @@ impl tonic::service::Interceptor for Bearer {
 
 pub type Svc = InterceptedService<Channel, Bearer>;
 
+/// Client constructors shared by every kind of test server.
+pub trait Connect {
+    fn addr(&self) -> SocketAddr;
+
+    async fn channel(&self) -> Channel {
+        Channel::from_shared(format!("http://{}", self.addr()))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap()
+    }
+
+    async fn sessions(&self, token: &str) -> SessionsClient<Svc> {
+        SessionsClient::with_interceptor(self.channel().await, Bearer(Some(token.into())))
+    }
+
+    async fn payloads(&self, token: &str) -> PayloadsClient<Svc> {
+        PayloadsClient::with_interceptor(self.channel().await, Bearer(Some(token.into())))
+            .max_decoding_message_size(64 << 20)
+    }
+}
+
+impl Connect for TestServer {
+    fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Connect for ProcessServer {
+    fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
 pub struct TestServer {
     pub addr: SocketAddr,
     pub dir: tempfile::TempDir,
@@ -129,23 +163,6 @@ impl TestServer {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         panic!("test server did not come up");
-    }
-
-    pub async fn channel(&self) -> Channel {
-        Channel::from_shared(format!("http://{}", self.addr))
-            .unwrap()
-            .connect()
-            .await
-            .unwrap()
-    }
-
-    pub async fn sessions(&self, token: &str) -> SessionsClient<Svc> {
-        SessionsClient::with_interceptor(self.channel().await, Bearer(Some(token.into())))
-    }
-
-    pub async fn payloads(&self, token: &str) -> PayloadsClient<Svc> {
-        PayloadsClient::with_interceptor(self.channel().await, Bearer(Some(token.into())))
-            .max_decoding_message_size(64 << 20)
     }
 
     pub async fn anonymous_payloads(&self) -> PayloadsClient<Svc> {
@@ -335,23 +352,6 @@ impl ProcessServer {
             assert!(Instant::now() < deadline, "server did not start");
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
-    }
-
-    pub async fn channel(&self) -> Channel {
-        Channel::from_shared(format!("http://{}", self.addr))
-            .unwrap()
-            .connect()
-            .await
-            .unwrap()
-    }
-
-    pub async fn payloads(&self, token: &str) -> PayloadsClient<Svc> {
-        PayloadsClient::with_interceptor(self.channel().await, Bearer(Some(token.into())))
-            .max_decoding_message_size(64 << 20)
-    }
-
-    pub async fn sessions(&self, token: &str) -> SessionsClient<Svc> {
-        SessionsClient::with_interceptor(self.channel().await, Bearer(Some(token.into())))
     }
 
     pub fn kill9(&mut self) {

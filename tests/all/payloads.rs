@@ -501,3 +501,111 @@ async fn list_payloads_pages_in_creation_order() {
     }
     assert_eq!(seen, ids);
 }
+
+#[tokio::test]
+async fn uploads_beyond_the_concurrency_limit_are_resource_exhausted() {
+    let server = TestServer::start_with(|c| c.limits.max_concurrent_uploads = 1).await;
+    let session = create_session(&server, ALICE).await;
+    let mut first_client = server.payloads(ALICE).await;
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(proto::UploadChunk {
+        chunk: Some(Chunk::Header(header(&session.id, "slow.txt"))),
+    })
+    .await
+    .unwrap();
+    tx.send(proto::UploadChunk {
+        chunk: Some(Chunk::Data(bytes::Bytes::from_static(b"part one"))),
+    })
+    .await
+    .unwrap();
+    let first = tokio::spawn(async move {
+        first_client
+            .upload(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await
+    });
+    // Wait until the first upload holds the only slot.
+    let mut p = server.payloads(ALICE).await;
+    let mut refused = None;
+    for _ in 0..200 {
+        match upload(&mut p, header(&session.id, "second.txt"), b"x").await {
+            Err(e) if e.code() == Code::ResourceExhausted => {
+                refused = Some(e);
+                break;
+            }
+            Ok(stored) => {
+                p.delete_payload(proto::DeletePayloadRequest {
+                    payload_id: stored.id,
+                    reason: String::new(),
+                })
+                .await
+                .unwrap();
+            }
+            Err(e) => panic!("unexpected {e}"),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let refused = refused.expect("the second upload was never refused");
+    assert!(
+        refused
+            .message()
+            .contains("limits.max_concurrent_uploads (1)"),
+        "{}",
+        refused.message()
+    );
+    drop(tx);
+    let stored = first.await.unwrap().unwrap().into_inner();
+    assert_eq!(stored.size_bytes, 8);
+    upload(&mut p, header(&session.id, "third.txt"), b"slot free again")
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn download_streams_chunks_no_larger_than_the_limit() {
+    let server = TestServer::start_with(|c| c.limits.download_chunk_bytes = 1000).await;
+    let session = create_session(&server, ALICE).await;
+    let mut p = server.payloads(ALICE).await;
+    let data: Vec<u8> = (0..10_500u32).map(|i| (i % 256) as u8).collect();
+    let stored = upload(&mut p, header(&session.id, "d.bin"), &data)
+        .await
+        .unwrap();
+    let mut stream = p
+        .download(proto::PayloadRequest {
+            payload_id: stored.id,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut got = Vec::new();
+    let mut chunks = 0;
+    while let Some(c) = stream.message().await.unwrap() {
+        assert!(c.data.len() <= 1000);
+        got.extend_from_slice(&c.data);
+        chunks += 1;
+    }
+    assert_eq!(got, data);
+    assert_eq!(chunks, 11);
+}
+
+#[tokio::test]
+async fn list_payloads_page_size_is_clamped_to_the_configured_maximum() {
+    let server = TestServer::start_with(|c| c.limits.max_page_size = 2).await;
+    let session = create_session(&server, ALICE).await;
+    let mut p = server.payloads(ALICE).await;
+    for i in 0..3 {
+        upload(&mut p, header(&session.id, &format!("{i}.txt")), b"x")
+            .await
+            .unwrap();
+    }
+    let page = p
+        .list_payloads(proto::ListPayloadsRequest {
+            session_id: session.id,
+            page_size: 5000,
+            page_token: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(page.payloads.len(), 2);
+    assert!(!page.next_page_token.is_empty());
+}

@@ -311,3 +311,31 @@ async fn data_survives_a_graceful_restart() {
         b"kept across restarts\n"
     );
 }
+
+#[tokio::test]
+async fn oversized_labels_and_share_lists_are_refused_by_name() {
+    let server = TestServer::start().await;
+    let mut s = server.sessions(ALICE).await;
+    let err = s
+        .create_session(proto::CreateSessionRequest {
+            label: "x".repeat(257),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(
+        err.message().contains("label is 257 bytes; at most 256"),
+        "{}",
+        err.message()
+    );
+    let err = s
+        .create_session(proto::CreateSessionRequest {
+            share_with: (0..65).map(|i| format!("p{i}")).collect(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("share_with"), "{}", err.message());
+}
