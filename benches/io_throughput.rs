@@ -1,6 +1,8 @@
 //! Upload and read throughput over loopback gRPC for a 256 MiB payload,
 //! against the machine's raw sequential write + fsync (and raw read) of the
-//! same size on the same file system, measured in the same run.
+//! same size on the same file system, measured in the same run. The client
+//! runs in this process, so on a 2-core machine it competes with the server
+//! for CPU; the raw references run alone.
 //!
 //! `make bench` (or `cargo bench --bench io_throughput`). Set
 //! `SPILLWAY_BENCH_MIB` to change the size and `SPILLWAY_BENCH_ROUNDS` the
@@ -31,6 +33,26 @@ fn raw_write_fsync(dir: &std::path::Path, bytes: usize, chunk: &[u8]) -> f64 {
     f.sync_all().unwrap();
     std::fs::File::open(dir).unwrap().sync_all().unwrap();
     start.elapsed().as_secs_f64()
+}
+
+/// The same, plus SHA-256 of every byte: the floor for an upload that must
+/// verify integrity before it acknowledges.
+fn raw_write_hash_fsync(dir: &std::path::Path, bytes: usize, chunk: &[u8]) -> f64 {
+    use sha2::Digest;
+    let path = dir.join("raw-hashed.bin");
+    let start = Instant::now();
+    let mut f = std::fs::File::create(&path).unwrap();
+    let mut hasher = sha2::Sha256::new();
+    for _ in 0..bytes / CHUNK {
+        hasher.update(chunk);
+        f.write_all(chunk).unwrap();
+    }
+    f.sync_all().unwrap();
+    std::fs::File::open(dir).unwrap().sync_all().unwrap();
+    std::hint::black_box(hasher.finalize());
+    let secs = start.elapsed().as_secs_f64();
+    std::fs::remove_file(path).unwrap();
+    secs
 }
 
 fn raw_read(dir: &std::path::Path) -> f64 {
@@ -99,10 +121,11 @@ async fn main() {
         .unwrap()
         .into_inner();
 
-    let (mut raw_w, mut raw_r, mut up, mut down, mut read) =
-        (vec![], vec![], vec![], vec![], vec![]);
+    let (mut raw_w, mut raw_wh, mut raw_r) = (vec![], vec![], vec![]);
+    let (mut up, mut down, mut read) = (vec![], vec![], vec![]);
     for round in 0..rounds {
         raw_w.push(raw_write_fsync(dir.path(), bytes, &chunk));
+        raw_wh.push(raw_write_hash_fsync(dir.path(), bytes, &chunk));
         raw_r.push(raw_read(dir.path()));
         std::fs::remove_file(dir.path().join("raw.bin")).unwrap();
 
@@ -169,7 +192,11 @@ async fn main() {
     server.await.unwrap().unwrap();
 
     let rate = |secs: f64| mib as f64 / secs;
-    let (rw, rr) = (rate(median(raw_w)), rate(median(raw_r)));
+    let (rw, rwh, rr) = (
+        rate(median(raw_w)),
+        rate(median(raw_wh)),
+        rate(median(raw_r)),
+    );
     let (u, d, r) = (rate(median(up)), rate(median(down)), rate(median(read)));
     println!(
         "payload {mib} MiB, {rounds} rounds, median MiB/s, {} cores",
@@ -180,10 +207,15 @@ async fn main() {
     println!("| measurement | MiB/s | reference | ratio |");
     println!("| --- | --- | --- | --- |");
     println!("| raw write + fsync | {rw:.0} | - | - |");
+    println!("| raw write + SHA-256 + fsync (one thread) | {rwh:.0} | - | - |");
     println!("| raw sequential read (page cache) | {rr:.0} | - | - |");
     println!(
         "| Upload over gRPC (durable) | {u:.0} | raw write + fsync | {:.2} |",
         u / rw
+    );
+    println!(
+        "| Upload over gRPC (durable) | {u:.0} | raw write + SHA-256 + fsync | {:.2} |",
+        u / rwh
     );
     println!("| Download over gRPC | {d:.0} | raw read | {:.2} |", d / rr);
     println!(

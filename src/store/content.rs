@@ -60,8 +60,11 @@ impl ContentScanner {
             return;
         }
         self.hasher.update(chunk);
-        // Every byte that is not a UTF-8 continuation byte starts a char.
-        self.chars += chunk.iter().filter(|&&b| (b as i8) >= -0x40).count() as u64;
+        // Every byte that is not a UTF-8 continuation byte starts a char
+        // (SIMD-counted; only meaningful while the content is still UTF-8).
+        if self.utf8.is_some() {
+            self.chars += bytecount::num_chars(chunk) as u64;
+        }
         if self.head.len() < HEAD_BYTES {
             let take = (HEAD_BYTES - self.head.len()).min(chunk.len());
             self.head.extend_from_slice(&chunk[..take]);
