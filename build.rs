@@ -23,6 +23,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .bytes(".spillway.v1.UploadChunk.data")
         .bytes(".spillway.v1.DataChunk.data")
+        .bytes(".spillway.v1.ToolResult.content")
         .compile_well_known_types(true)
         .extern_path(".google.protobuf", "::pbjson_types")
         .compile_fds(fds)?;

@@ -48,6 +48,8 @@ pub struct Config {
     pub limits: Limits,
     /// The server-wide default policy for sessions.
     pub policy: PolicyDefaults,
+    /// Offload thresholds, estimator and previews.
+    pub offload: crate::offload::OffloadConfig,
     /// How long shutdown waits for in-flight calls before giving up on them.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
@@ -63,6 +65,7 @@ impl Default for Config {
             store: StoreConfig::default(),
             limits: Limits::default(),
             policy: PolicyDefaults::default(),
+            offload: crate::offload::OffloadConfig::default(),
             shutdown_grace: Duration::from_secs(30),
         }
     }
@@ -135,6 +138,9 @@ pub struct Limits {
     /// streamed chunk (default 4 MiB). Larger messages get
     /// `RESOURCE_EXHAUSTED`; bulk bytes belong in Upload chunks.
     pub max_request_message_bytes: usize,
+    /// Largest Offload request (default 64 MiB): a whole turn of tool
+    /// results arrives in one message. Larger turns get `RESOURCE_EXHAUSTED`.
+    pub max_offload_request_bytes: usize,
     /// Largest single gRPC message the server sends (default 8 MiB).
     pub max_response_message_bytes: usize,
     /// Bytes a Read returns when the request names no `max_bytes`
@@ -159,6 +165,7 @@ impl Default for Limits {
         Self {
             max_payload_bytes: 1 << 30,
             max_request_message_bytes: 4 << 20,
+            max_offload_request_bytes: 64 << 20,
             max_response_message_bytes: 8 << 20,
             read_default_bytes: 64 << 10,
             read_max_bytes: 4 << 20,
@@ -362,6 +369,7 @@ impl Config {
                 "limits.read_max_bytes and limits.download_chunk_bytes must be at least 4 KiB below limits.max_response_message_bytes".into(),
             ));
         }
+        self.offload.validate().map_err(ConfigError::Invalid)?;
         Ok(())
     }
 

@@ -11,6 +11,7 @@ use tonic::{Code, Status};
 
 use crate::auth::AuthError;
 use crate::ids::IdError;
+use crate::offload::OffloadError;
 use crate::store::StoreError;
 
 /// An error on its way to a client.
@@ -25,6 +26,9 @@ pub enum ApiError {
     /// A storage failure.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// An offload failure.
+    #[error(transparent)]
+    Offload(#[from] OffloadError),
     /// A malformed request.
     #[error("{0}")]
     BadRequest(String),
@@ -85,37 +89,59 @@ fn code_of(e: &ApiError) -> Code {
         ApiError::Hidden { .. } => Code::NotFound,
         ApiError::Limit(_) => Code::ResourceExhausted,
         ApiError::Internal(_) => Code::Internal,
-        ApiError::Store(s) => match s {
-            StoreError::NotFound { .. } => Code::NotFound,
-            StoreError::SessionClosed(_) => Code::FailedPrecondition,
-            StoreError::Invalid(_) | StoreError::ChecksumMismatch { .. } => Code::InvalidArgument,
-            StoreError::OutOfRange(_) => Code::OutOfRange,
-            StoreError::TooLarge { .. } | StoreError::DiskFull => Code::ResourceExhausted,
-            StoreError::DataLoss(_) => Code::DataLoss,
-            StoreError::Engine(_) | StoreError::Corrupt(_) | StoreError::Io(_) => Code::Internal,
-        },
+        ApiError::Offload(OffloadError::Invalid(_)) => Code::InvalidArgument,
+        ApiError::Offload(OffloadError::TooManyResults { .. }) => Code::ResourceExhausted,
+        ApiError::Offload(OffloadError::Store(s)) => store_code(s),
+        ApiError::Store(s) => store_code(s),
+    }
+}
+
+fn store_code(s: &StoreError) -> Code {
+    match s {
+        StoreError::NotFound { .. } => Code::NotFound,
+        StoreError::SessionClosed(_) => Code::FailedPrecondition,
+        StoreError::Invalid(_) | StoreError::ChecksumMismatch { .. } => Code::InvalidArgument,
+        StoreError::OutOfRange(_) => Code::OutOfRange,
+        StoreError::TooLarge { .. } | StoreError::DiskFull => Code::ResourceExhausted,
+        StoreError::DataLoss(_) => Code::DataLoss,
+        StoreError::Engine(_) | StoreError::Corrupt(_) | StoreError::Io(_) => Code::Internal,
     }
 }
 
 /// Prefix tonic gives a request message over the decoding limit.
 pub const TONIC_DECODE_LIMIT_PREFIX: &str = "Error, decoded message length too large";
 
-/// Rewrites tonic's own "message too large" status (OUT_OF_RANGE) into the
-/// contract's RESOURCE_EXHAUSTED, naming the limit and what to do.
-pub fn oversize_message(limit: usize) -> String {
+/// The message for a request over a message-size limit.
+pub fn oversize_message(key: &str, limit: usize) -> String {
     format!(
-        "request message exceeds limits.max_request_message_bytes ({limit} bytes); send large content through Upload in chunks smaller than that, or ask the operator to raise the limit"
+        "request message exceeds {key} ({limit} bytes); send large content through Upload in chunks smaller than limits.max_request_message_bytes, split the turn into several Offload calls, or ask the operator to raise the limit"
     )
 }
 
-/// Maps a status produced by tonic while decoding a request.
-pub fn map_decode_status(status: Status, limit: usize) -> Status {
-    if status.code() == Code::OutOfRange && status.message().starts_with(TONIC_DECODE_LIMIT_PREFIX)
+/// Rewrites tonic's own "message too large" status (OUT_OF_RANGE) into the
+/// contract's RESOURCE_EXHAUSTED, naming the config key of the limit.
+pub fn map_decode_status(status: Status, limits: &crate::config::Limits) -> Status {
+    if status.code() != Code::OutOfRange || !status.message().starts_with(TONIC_DECODE_LIMIT_PREFIX)
     {
-        Status::resource_exhausted(oversize_message(limit))
-    } else {
-        status
+        return status;
     }
+    let limit: Option<usize> = status
+        .message()
+        .rsplit("the limit is: ")
+        .next()
+        .and_then(|s| s.trim_end_matches(" bytes").parse().ok());
+    let (key, value) = match limit {
+        Some(l)
+            if l == limits.max_offload_request_bytes && l != limits.max_request_message_bytes =>
+        {
+            ("limits.max_offload_request_bytes", l)
+        }
+        _ => (
+            "limits.max_request_message_bytes",
+            limits.max_request_message_bytes,
+        ),
+    };
+    Status::resource_exhausted(oversize_message(key, value))
 }
 
 #[cfg(test)]
@@ -139,11 +165,30 @@ mod tests {
         }));
         assert_eq!(s.code(), Code::ResourceExhausted);
         assert!(s.message().contains("limits.max_payload_bytes is 10 bytes"));
-        let s = map_decode_status(
-            Status::out_of_range(format!("{TONIC_DECODE_LIMIT_PREFIX}: found 9 bytes")),
-            4,
-        );
+        let limits = crate::config::Limits {
+            max_request_message_bytes: 4,
+            max_offload_request_bytes: 64,
+            ..Default::default()
+        };
+        let tonic = |found: u32, limit: u32| {
+            Status::out_of_range(format!(
+                "{TONIC_DECODE_LIMIT_PREFIX}: found {found} bytes, the limit is: {limit} bytes"
+            ))
+        };
+        let s = map_decode_status(tonic(9, 4), &limits);
         assert_eq!(s.code(), Code::ResourceExhausted);
-        assert!(s.message().contains("(4 bytes)"));
+        assert!(
+            s.message()
+                .contains("limits.max_request_message_bytes (4 bytes)"),
+            "{}",
+            s.message()
+        );
+        let s = map_decode_status(tonic(99, 64), &limits);
+        assert!(
+            s.message()
+                .contains("limits.max_offload_request_bytes (64 bytes)"),
+            "{}",
+            s.message()
+        );
     }
 }

@@ -15,6 +15,9 @@
 //! - [`store`]: metadata trees over one engine interface (redb, sled) and
 //!   the cap-std payload directories; crash-safe writes, reconciliation,
 //!   ranged reads.
+//! - [`inspect`]: content-type detection and bounded JSON scanning.
+//! - [`offload`]: token estimates, the per-turn offload decision, previews and
+//!   notices.
 //! - [`api`]: the tonic services; the only code that sees prost types.
 //! - [`cli`]: the client subcommands of the `spillway` binary.
 //! - [`proto`]: the generated `spillway.v1` types.
@@ -26,6 +29,8 @@ pub mod clock;
 pub mod config;
 pub mod error;
 pub mod ids;
+pub mod inspect;
+pub mod offload;
 pub mod server;
 pub mod shutdown;
 pub mod store;

@@ -103,8 +103,14 @@ pub async fn run_with_clock(
     let sessions = SessionsServer::new(SessionsService::new(state.clone()))
         .max_decoding_message_size(limits.max_request_message_bytes)
         .max_encoding_message_size(limits.max_response_message_bytes);
+    // Offload carries a whole turn in one message, so this service accepts
+    // up to the Offload limit; Upload enforces the chunk limit itself.
     let payloads = PayloadsServer::new(PayloadsService::new(state.clone()))
-        .max_decoding_message_size(limits.max_request_message_bytes)
+        .max_decoding_message_size(
+            limits
+                .max_offload_request_bytes
+                .max(limits.max_request_message_bytes),
+        )
         .max_encoding_message_size(limits.max_response_message_bytes);
 
     let (health_reporter, health) = tonic_health::server::health_reporter();
@@ -124,11 +130,11 @@ pub async fn run_with_clock(
         .build_v1()
         .map_err(|e| ServerError::Reflection(e.to_string()))?;
 
-    let request_limit = limits.max_request_message_bytes;
+    let decode_limits = limits.clone();
     let oversize =
         tower::util::MapResponseLayer::new(move |mut resp: http::Response<tonic::body::Body>| {
             if let Some(status) = tonic::Status::from_header_map(resp.headers()) {
-                let mapped = map_decode_status(status.clone(), request_limit);
+                let mapped = map_decode_status(status.clone(), &decode_limits);
                 if mapped.code() != status.code() {
                     let _ = mapped.add_header(resp.headers_mut());
                 }

@@ -63,8 +63,105 @@ fn header_meta(h: &proto::UploadHeader) -> Result<UploadMeta, ApiError> {
     })
 }
 
+fn to_proto_outcome(o: crate::offload::Outcome) -> proto::OffloadOutcome {
+    use crate::offload::decide::Disposition as D;
+    let (disposition, reason) = match o.disposition {
+        D::Inline => (proto::Disposition::Inline, proto::OffloadReason::None),
+        D::PerCall => (proto::Disposition::Offloaded, proto::OffloadReason::PerCall),
+        D::Aggregate => (
+            proto::Disposition::Offloaded,
+            proto::OffloadReason::Aggregate,
+        ),
+    };
+    proto::OffloadOutcome {
+        tool_call_id: o.tool_call_id,
+        disposition: disposition as i32,
+        reason: reason as i32,
+        content: o.content,
+        estimated_tokens: o.estimate.tokens,
+        payload: o.payload.as_ref().map(convert::payload),
+        preview: o.preview,
+        content_tokens: o.content_tokens,
+        estimate_is_lower_bound: o.estimate.lower_bound,
+    }
+}
+
 #[tonic::async_trait]
 impl Payloads for PayloadsService {
+    #[instrument(
+        name = "payloads.offload",
+        skip_all,
+        fields(session_id, results),
+        err(level = "info")
+    )]
+    async fn offload(
+        &self,
+        req: Request<proto::OffloadRequest>,
+    ) -> Result<Response<proto::OffloadResponse>, Status> {
+        let p = principal(&req)?;
+        let r = req.into_inner();
+        let session = self
+            .state
+            .session_for(&p, Rpc::Offload, &r.session_id)
+            .await?;
+        tracing::Span::current().record("session_id", tracing::field::display(&session.id));
+        tracing::Span::current().record("results", r.results.len());
+        let overrides = r.settings.map(|s| crate::offload::Overrides {
+            per_call_tokens: s.per_call_tokens,
+            aggregate_tokens: s.aggregate_tokens,
+            estimator: s.estimator,
+            preview_style: s.preview_style,
+            preview_chars: s.preview_chars,
+        });
+        let config = &self.state.config.offload;
+        let settings = crate::offload::Settings::resolve(config, &overrides.unwrap_or_default())
+            .map_err(ApiError::from)?;
+        for (i, t) in r.results.iter().enumerate() {
+            for (field, value) in [
+                ("tool_call_id", &t.tool_call_id),
+                ("tool_name", &t.tool_name),
+                ("content_type", &t.content_type),
+            ] {
+                if value.len() > 512 {
+                    return Err(ApiError::BadRequest(format!(
+                        "results[{i}].{field} is {} bytes; at most 512 are allowed",
+                        value.len()
+                    ))
+                    .into());
+                }
+            }
+        }
+        let results: Vec<_> = r
+            .results
+            .into_iter()
+            .map(|t| crate::offload::ToolResult {
+                tool_call_id: t.tool_call_id,
+                tool_name: t.tool_name,
+                content: t.content,
+                content_type: t.content_type,
+                is_error: t.is_error,
+            })
+            .collect();
+        let store = self.state.store.clone();
+        let max_results = config.max_results;
+        let outcomes = blocking(move || {
+            crate::offload::offload_turn(&store, &session.id, results, &settings, max_results)
+        })
+        .await?;
+        let mut reply = proto::OffloadResponse::default();
+        for o in outcomes {
+            if o.disposition.offloaded() {
+                reply.offloaded_tokens += o.estimate.tokens;
+            }
+            reply.inline_tokens += o.content_tokens;
+            if let Some(p) = &o.payload {
+                tracing::info!(payload_id = %p.id, bytes = p.size, sha256 = %p.sha256, "result offloaded");
+            }
+            reply.outcomes.push(to_proto_outcome(o));
+        }
+        Ok(Response::new(reply))
+    }
+
     #[instrument(
         name = "payloads.upload",
         skip_all,
@@ -85,11 +182,12 @@ impl Payloads for PayloadsService {
             ))
         })?;
         let decode_limit = limits.max_request_message_bytes;
+        let limits = limits.clone();
         let mut stream = req.into_inner();
         let first = stream
             .message()
             .await
-            .map_err(|s| map_decode_status(s, decode_limit))?
+            .map_err(|s| map_decode_status(s, &limits))?
             .ok_or_else(|| {
                 ApiError::BadRequest("empty upload: the first chunk must carry the header".into())
             })?;
@@ -127,6 +225,18 @@ impl Payloads for PayloadsService {
                 Ok(Some(proto::UploadChunk {
                     chunk: Some(Chunk::Data(d)),
                 })) => {
+                    // The service accepts Offload-sized messages; upload
+                    // chunks keep the smaller per-message limit.
+                    if d.len() > decode_limit {
+                        client_error = Some(
+                            ApiError::Limit(crate::error::oversize_message(
+                                "limits.max_request_message_bytes",
+                                decode_limit,
+                            ))
+                            .into(),
+                        );
+                        break;
+                    }
                     if tx.send(UploadMsg::Data(d)).await.is_err() {
                         break; // the writer failed; its error is reported below
                     }
@@ -149,7 +259,7 @@ impl Payloads for PayloadsService {
                     break;
                 }
                 Err(s) => {
-                    client_error = Some(map_decode_status(s, decode_limit));
+                    client_error = Some(map_decode_status(s, &limits));
                     break;
                 }
             }

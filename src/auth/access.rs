@@ -21,6 +21,8 @@ pub enum Rpc {
     CloseSession,
     /// Sessions/DeleteSession.
     DeleteSession,
+    /// Payloads/Offload.
+    Offload,
     /// Payloads/Upload.
     Upload,
     /// Payloads/Stat.
@@ -67,73 +69,20 @@ use Role::{Admin, Agent, Compliance};
 use SessionUse as U;
 
 /// The table the server enforces and the tests enumerate.
+#[rustfmt::skip]
 pub const TABLE: &[Rule] = &[
-    rule(
-        Rpc::CreateSession,
-        "spillway.v1.Sessions/CreateSession",
-        &[Agent, Admin],
-        U::None,
-    ),
-    rule(
-        Rpc::GetSession,
-        "spillway.v1.Sessions/GetSession",
-        &[Agent, Admin, Compliance],
-        U::Metadata,
-    ),
-    rule(
-        Rpc::ListSessions,
-        "spillway.v1.Sessions/ListSessions",
-        &[Agent, Admin, Compliance],
-        U::None,
-    ),
-    rule(
-        Rpc::CloseSession,
-        "spillway.v1.Sessions/CloseSession",
-        &[Agent, Admin],
-        U::Manage,
-    ),
-    rule(
-        Rpc::DeleteSession,
-        "spillway.v1.Sessions/DeleteSession",
-        &[Agent, Admin, Compliance],
-        U::Manage,
-    ),
-    rule(
-        Rpc::Upload,
-        "spillway.v1.Payloads/Upload",
-        &[Agent, Admin],
-        U::Write,
-    ),
-    rule(
-        Rpc::Stat,
-        "spillway.v1.Payloads/Stat",
-        &[Agent, Admin, Compliance],
-        U::Metadata,
-    ),
-    rule(
-        Rpc::ListPayloads,
-        "spillway.v1.Payloads/ListPayloads",
-        &[Agent, Admin, Compliance],
-        U::Metadata,
-    ),
-    rule(
-        Rpc::Read,
-        "spillway.v1.Payloads/Read",
-        &[Agent, Admin, Compliance],
-        U::Content,
-    ),
-    rule(
-        Rpc::Download,
-        "spillway.v1.Payloads/Download",
-        &[Agent, Admin, Compliance],
-        U::Content,
-    ),
-    rule(
-        Rpc::DeletePayload,
-        "spillway.v1.Payloads/DeletePayload",
-        &[Agent, Admin, Compliance],
-        U::Manage,
-    ),
+    rule(Rpc::CreateSession, "spillway.v1.Sessions/CreateSession", &[Agent, Admin], U::None),
+    rule(Rpc::GetSession, "spillway.v1.Sessions/GetSession", &[Agent, Admin, Compliance], U::Metadata),
+    rule(Rpc::ListSessions, "spillway.v1.Sessions/ListSessions", &[Agent, Admin, Compliance], U::None),
+    rule(Rpc::CloseSession, "spillway.v1.Sessions/CloseSession", &[Agent, Admin], U::Manage),
+    rule(Rpc::DeleteSession, "spillway.v1.Sessions/DeleteSession", &[Agent, Admin, Compliance], U::Manage),
+    rule(Rpc::Offload, "spillway.v1.Payloads/Offload", &[Agent, Admin], U::Write),
+    rule(Rpc::Upload, "spillway.v1.Payloads/Upload", &[Agent, Admin], U::Write),
+    rule(Rpc::Stat, "spillway.v1.Payloads/Stat", &[Agent, Admin, Compliance], U::Metadata),
+    rule(Rpc::ListPayloads, "spillway.v1.Payloads/ListPayloads", &[Agent, Admin, Compliance], U::Metadata),
+    rule(Rpc::Read, "spillway.v1.Payloads/Read", &[Agent, Admin, Compliance], U::Content),
+    rule(Rpc::Download, "spillway.v1.Payloads/Download", &[Agent, Admin, Compliance], U::Content),
+    rule(Rpc::DeletePayload, "spillway.v1.Payloads/DeletePayload", &[Agent, Admin, Compliance], U::Manage),
 ];
 
 const fn rule(rpc: Rpc, method: &'static str, roles: &'static [Role], session: SessionUse) -> Rule {

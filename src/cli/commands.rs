@@ -68,6 +68,50 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             let p = upload(&mut c, header, &file).await?;
             output::show(json, &p, output::payload)
         }
+        Command::Offload {
+            session,
+            files,
+            turn,
+            per_call_tokens,
+            aggregate_tokens,
+            estimator,
+            preview_style,
+        } => {
+            let mut results = Vec::with_capacity(files.len());
+            for (i, path) in files.iter().enumerate() {
+                let content = std::fs::read(path)
+                    .with_context(|| format!("cannot read {}", path.display()))?;
+                let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+                results.push(proto::ToolResult {
+                    tool_call_id: format!("call_{}", i + 1),
+                    tool_name: path
+                        .file_stem()
+                        .map(|s| s.to_string_lossy().into_owned())
+                        .unwrap_or_default(),
+                    content: content.into(),
+                    content_type: content_type_for(ext).to_owned(),
+                    is_error: false,
+                });
+            }
+            let settings = proto::OffloadSettings {
+                per_call_tokens,
+                aggregate_tokens,
+                estimator,
+                preview_style,
+                preview_chars: None,
+            };
+            let reply = c
+                .payloads
+                .offload(proto::OffloadRequest {
+                    session_id: session,
+                    turn,
+                    results,
+                    settings: Some(settings),
+                })
+                .await?
+                .into_inner();
+            output::show(json, &reply, output::offload)
+        }
         Command::Stat { payload } => {
             let p = c
                 .payloads
@@ -347,6 +391,21 @@ fn progress(total: u64) -> ProgressBar {
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     bar
+}
+
+/// A content type for a file extension, so the server keeps it.
+fn content_type_for(ext: &str) -> &'static str {
+    match ext.to_ascii_lowercase().as_str() {
+        "json" => "application/json",
+        "ndjson" | "jsonl" => "application/x-ndjson",
+        "csv" => "text/csv",
+        "tsv" => "text/tab-separated-values",
+        "html" | "htm" => "text/html",
+        "xml" => "application/xml",
+        "md" => "text/markdown",
+        "txt" | "log" => "text/plain",
+        _ => "",
+    }
 }
 
 /// Parses `A:B` or `A:` (B = 0).

@@ -66,6 +66,30 @@ pub enum Command {
         #[arg(long)]
         sha256: Option<String>,
     },
+    /// Send files as one turn of tool results; print what stays inline and what is offloaded.
+    Offload {
+        /// Target session.
+        #[arg(long)]
+        session: String,
+        /// One tool result per file; the tool name is the file's stem.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Turn number.
+        #[arg(long, default_value_t = 0)]
+        turn: u32,
+        /// Per-call threshold in tokens (server default 6000).
+        #[arg(long)]
+        per_call_tokens: Option<u64>,
+        /// Per-turn threshold in tokens (server default 10000).
+        #[arg(long)]
+        aggregate_tokens: Option<u64>,
+        /// chars4, o200k or cl100k.
+        #[arg(long)]
+        estimator: Option<String>,
+        /// structured, edges or lines.
+        #[arg(long)]
+        preview_style: Option<String>,
+    },
     /// Show a payload's metadata.
     Stat {
         /// Payload ID.

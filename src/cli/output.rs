@@ -116,3 +116,36 @@ pub fn receipt(r: &proto::DeletionReceipt) {
         println!("  {id}  sha256 {sha}");
     }
 }
+
+/// An offload reply: one block per result, then the totals.
+pub fn offload(r: &proto::OffloadResponse) {
+    for o in &r.outcomes {
+        let reason = match proto::OffloadReason::try_from(o.reason) {
+            Ok(proto::OffloadReason::PerCall) => "offloaded (per-call limit)",
+            Ok(proto::OffloadReason::Aggregate) => "offloaded (turn limit)",
+            _ => "inline",
+        };
+        let bound = if o.estimate_is_lower_bound {
+            "≥"
+        } else {
+            "~"
+        };
+        match &o.payload {
+            Some(p) => {
+                println!(
+                    "== {}: {reason}, {bound}{} tokens -> {} {}",
+                    o.tool_call_id, o.estimated_tokens, p.id, p.path
+                );
+                println!("{}", o.content);
+            }
+            None => println!(
+                "== {}: {reason}, {bound}{} tokens",
+                o.tool_call_id, o.estimated_tokens
+            ),
+        }
+    }
+    println!(
+        "-- {} tokens reach the model; {} tokens offloaded",
+        r.inline_tokens, r.offloaded_tokens
+    );
+}

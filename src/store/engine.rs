@@ -27,11 +27,14 @@ pub enum Tree {
     Expiry,
     /// `receipt_id` → deletion receipt.
     Receipts,
+    /// `session_id sha256(hex) payload_id` → empty; finds stored copies of
+    /// the same bytes (deduplication), and counts their references.
+    ContentIndex,
 }
 
 impl Tree {
     /// Every tree, in a fixed order.
-    pub const ALL: [Tree; 9] = [
+    pub const ALL: [Tree; 10] = [
         Tree::Meta,
         Tree::Sessions,
         Tree::TenantSessions,
@@ -41,6 +44,7 @@ impl Tree {
         Tree::LineIndex,
         Tree::Expiry,
         Tree::Receipts,
+        Tree::ContentIndex,
     ];
 
     /// The tree's name inside the engine.
@@ -55,6 +59,7 @@ impl Tree {
             Tree::LineIndex => "line_index.v1",
             Tree::Expiry => "expiry.v1",
             Tree::Receipts => "receipts.v1",
+            Tree::ContentIndex => "content_index.v1",
         }
     }
 

@@ -547,7 +547,9 @@ impl Store {
         let mut s = self.session(&p.session_id)?;
         let mut b = Batch::new();
         self.forget_payload(&mut b, &p);
-        s.usage_bytes = s.usage_bytes.saturating_sub(p.size);
+        if !self.has_other_copy(&p)? {
+            s.usage_bytes = s.usage_bytes.saturating_sub(p.size);
+        }
         s.usage_payloads = s.usage_payloads.saturating_sub(1);
         let mut receipt = self.new_receipt(id.as_str(), requested_by, &s.tenant, reason);
         receipt.deleted_payload_ids.push(p.id.clone());
@@ -595,9 +597,42 @@ impl Store {
             )
             .delete(Tree::LineIndex, p.id.as_str())
             .delete(
+                Tree::ContentIndex,
+                keys::content(&p.session_id, &p.sha256, &p.id),
+            )
+            .delete(
                 Tree::Expiry,
                 keys::expiry(p.expires_ms, keys::EXPIRY_PAYLOAD, p.id.as_str()),
             );
+    }
+
+    /// A live payload of the session holding exactly these bytes.
+    fn stored_copy(&self, session: &SessionId, sha256: &str) -> Result<Option<PayloadRecord>> {
+        let prefix = keys::content_prefix(session, sha256);
+        for (key, _) in self
+            .engine
+            .scan_prefix(Tree::ContentIndex, &prefix, None, 8)?
+        {
+            let id = PayloadId::parse(&String::from_utf8_lossy(&key[prefix.len()..]))
+                .map_err(|e| StoreError::Invalid(e.to_string()))?;
+            if let Some(p) = self.payload_opt(&id)?
+                && !p.missing
+            {
+                return Ok(Some(p));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Whether another payload of the session shares `p`'s bytes.
+    fn has_other_copy(&self, p: &PayloadRecord) -> Result<bool> {
+        let prefix = keys::content_prefix(&p.session_id, &p.sha256);
+        let entries = self
+            .engine
+            .scan_prefix(Tree::ContentIndex, &prefix, None, 2)?;
+        Ok(entries
+            .iter()
+            .any(|(k, _)| &k[prefix.len()..] != p.id.as_str().as_bytes()))
     }
 
     fn new_receipt(
@@ -725,8 +760,29 @@ impl PendingUpload<'_> {
             utf8: facts.utf8,
             missing: false,
         };
-        self.temp.persist(&record.name)?;
-        s.usage_bytes += record.size;
+        // The same bytes already stored in this session are linked, not
+        // stored again; quotas count stored bytes once.
+        let duplicate = store.stored_copy(&s.id, &record.sha256)?;
+        let dir = store.blobs.session_dir(&s.id)?;
+        let linked = match &duplicate {
+            Some(existing) => match dir.hard_link(&existing.name, &dir, &record.name) {
+                Ok(()) => {
+                    blobs::fsync_dir(&dir)?;
+                    true
+                }
+                Err(e) => {
+                    tracing::warn!(payload_id = %existing.id, error = %e, "could not link a duplicate; storing a copy");
+                    false
+                }
+            },
+            None => false,
+        };
+        if linked {
+            drop(self.temp);
+        } else {
+            self.temp.persist(&record.name)?;
+            s.usage_bytes += record.size;
+        }
         s.usage_payloads += 1;
         let mut b = Batch::new();
         b.put(Tree::Payloads, record.id.as_str(), records::encode(&record))
@@ -741,6 +797,11 @@ impl PendingUpload<'_> {
                 record.id.as_str(),
             )
             .put(Tree::LineIndex, record.id.as_str(), facts.line_index)
+            .put(
+                Tree::ContentIndex,
+                keys::content(&s.id, &record.sha256, &record.id),
+                [],
+            )
             .put(
                 Tree::Expiry,
                 keys::expiry(record.expires_ms, keys::EXPIRY_PAYLOAD, record.id.as_str()),

@@ -248,6 +248,20 @@ pub mod keys {
         k
     }
 
+    /// Prefix of the content-index entries of one content in one session.
+    pub fn content_prefix(session: &SessionId, sha256: &str) -> Vec<u8> {
+        let mut k = session.as_str().as_bytes().to_vec();
+        k.extend_from_slice(sha256.as_bytes());
+        k
+    }
+
+    /// Content-index key.
+    pub fn content(session: &SessionId, sha256: &str, id: &PayloadId) -> Vec<u8> {
+        let mut k = content_prefix(session, sha256);
+        k.extend_from_slice(id.as_str().as_bytes());
+        k
+    }
+
     /// Expiry key.
     pub fn expiry(expires_ms: Millis, kind: u8, id: &str) -> Vec<u8> {
         let mut k = be(expires_ms).to_vec();

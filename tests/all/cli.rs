@@ -115,6 +115,37 @@ async fn dev_mode_tour_create_upload_read_delete_with_discovered_token() {
         "{stderr}"
     );
 
+    // One turn of two files: the small one stays inline, the big one is
+    // offloaded with a notice.
+    let small = dir.path().join("status.txt");
+    std::fs::write(&small, "all green\n").unwrap();
+    let big = dir.path().join("github_list_prs.json");
+    let items: Vec<String> = (0..3000)
+        .map(|i| format!("{{\"id\":{i},\"title\":\"pr {i}\"}}"))
+        .collect();
+    std::fs::write(&big, format!("[{}]", items.join(","))).unwrap();
+    let out = ok(cli(
+        &server,
+        &data_dir,
+        &[
+            "offload",
+            "--session",
+            &session,
+            small.to_str().unwrap(),
+            big.to_str().unwrap(),
+        ],
+    ));
+    assert!(out.contains("== call_1: inline"), "{out}");
+    assert!(
+        out.contains("== call_2: offloaded (per-call limit)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("/payloads/github_list_prs-call_2.json"),
+        "{out}"
+    );
+    assert!(out.contains("JSON array of 3 000 records"), "{out}");
+
     ok(cli(&server, &data_dir, &["session", "rm", &session]));
 }
 

@@ -4,5 +4,6 @@
 mod cli;
 mod common;
 mod crash;
+mod offload;
 mod payloads;
 mod sessions;

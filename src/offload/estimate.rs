@@ -1,0 +1,143 @@
+//! Token estimates: `chars / 4` (the default), or exact counts with the
+//! `o200k` and `cl100k` vocabularies that tiktoken-rs ships. An exact count
+//! stops early when `bytes / 8` already reaches the threshold in question:
+//! such a result is over however it tokenizes, so megabytes are never
+//! tokenized just to learn that they are big.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// How tokens are estimated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Estimator {
+    /// Unicode scalars / 4, rounded up.
+    #[default]
+    Chars4,
+    /// OpenAI's o200k_base vocabulary.
+    O200k,
+    /// OpenAI's cl100k_base vocabulary.
+    Cl100k,
+}
+
+impl FromStr for Estimator {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "chars4" => Ok(Estimator::Chars4),
+            "o200k" => Ok(Estimator::O200k),
+            "cl100k" => Ok(Estimator::Cl100k),
+            other => Err(format!(
+                "estimator {other:?} is not one of chars4, o200k, cl100k"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for Estimator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Estimator::Chars4 => "chars4",
+            Estimator::O200k => "o200k",
+            Estimator::Cl100k => "cl100k",
+        })
+    }
+}
+
+/// An estimate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Estimate {
+    /// Tokens.
+    pub tokens: u64,
+    /// True when `tokens` is only a lower bound (the exact count stopped early).
+    pub lower_bound: bool,
+}
+
+/// Unicode scalars of possibly invalid UTF-8 (bytes when invalid).
+pub fn chars(content: &[u8]) -> u64 {
+    if std::str::from_utf8(content).is_ok() {
+        bytecount::num_chars(content) as u64
+    } else {
+        content.len() as u64
+    }
+}
+
+/// Estimates `content`. `threshold` is the smallest threshold the answer
+/// will be compared with; exact estimators stop once it is clearly reached.
+pub fn estimate(content: &[u8], estimator: Estimator, threshold: u64) -> Estimate {
+    let exact = |bpe: &tiktoken_rs::CoreBPE| {
+        let lower = (content.len() as u64) / 8;
+        if lower >= threshold {
+            return Estimate {
+                tokens: lower,
+                lower_bound: true,
+            };
+        }
+        let text = String::from_utf8_lossy(content);
+        Estimate {
+            tokens: bpe.count_ordinary(&text) as u64,
+            lower_bound: false,
+        }
+    };
+    match estimator {
+        Estimator::Chars4 => Estimate {
+            tokens: chars(content).div_ceil(4),
+            lower_bound: false,
+        },
+        Estimator::O200k => exact(tiktoken_rs::o200k_base_singleton()),
+        Estimator::Cl100k => exact(tiktoken_rs::cl100k_base_singleton()),
+    }
+}
+
+/// Tokens of a text the server wrote itself (notices).
+pub fn estimate_text(text: &str, estimator: Estimator) -> u64 {
+    estimate(text.as_bytes(), estimator, u64::MAX).tokens
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chars4_counts_unicode_scalars_rounded_up() {
+        assert_eq!(estimate(b"", Estimator::Chars4, 10).tokens, 0);
+        assert_eq!(estimate(b"abcde", Estimator::Chars4, 10).tokens, 2);
+        assert_eq!(
+            estimate("🌍🌍🌍🌍".as_bytes(), Estimator::Chars4, 10).tokens,
+            1
+        );
+        assert_eq!(estimate(&[0xff; 9], Estimator::Chars4, 10).tokens, 3);
+    }
+
+    #[test]
+    fn exact_estimators_count_tokens_of_small_inputs() {
+        let e = estimate(b"hello world", Estimator::O200k, 6000);
+        assert_eq!(
+            e,
+            Estimate {
+                tokens: 2,
+                lower_bound: false
+            }
+        );
+        assert_eq!(estimate(b"hello world", Estimator::Cl100k, 6000).tokens, 2);
+    }
+
+    #[test]
+    fn exact_estimators_stop_early_on_clearly_large_inputs() {
+        let big = vec![b'a'; 8 * 6000];
+        let e = estimate(&big, Estimator::O200k, 6000);
+        assert_eq!(
+            e,
+            Estimate {
+                tokens: 6000,
+                lower_bound: true
+            }
+        );
+    }
+
+    #[test]
+    fn parses_names() {
+        assert_eq!("o200k".parse::<Estimator>(), Ok(Estimator::O200k));
+        assert!("gpt".parse::<Estimator>().unwrap_err().contains("chars4"));
+    }
+}

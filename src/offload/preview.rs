@@ -1,0 +1,464 @@
+//! Previews for navigation, not summaries (behaviour.md §2): `edges`,
+//! `lines` and `structured`. Every length is in chars (Unicode scalars) and
+//! no cut splits a character. A cut preview of JSON says that it is cut, so
+//! it is never mistaken for complete, valid JSON.
+
+use std::fmt::Write as _;
+use std::str::FromStr;
+
+use crate::inspect::detect::{self, Kind};
+use crate::inspect::jsonscan::{self, Top};
+
+/// Bytes of a JSON payload scanned for its record count and keys.
+const JSON_SCAN_BYTES: usize = 1 << 20;
+
+/// A preview style.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Style {
+    /// Head and tail plus a structure line (default).
+    #[default]
+    Structured,
+    /// First and last N chars (TrueForge).
+    Edges,
+    /// A 4000-char head and a 1000-char tail cut at newlines (ChatCLI).
+    Lines,
+}
+
+impl FromStr for Style {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "structured" => Ok(Style::Structured),
+            "edges" => Ok(Style::Edges),
+            "lines" => Ok(Style::Lines),
+            other => Err(format!(
+                "preview_style {other:?} is not one of structured, edges, lines"
+            )),
+        }
+    }
+}
+
+impl Style {
+    /// The style's default total size in chars.
+    pub fn default_chars(self) -> usize {
+        match self {
+            Style::Structured => 1500,
+            Style::Edges => 200,
+            Style::Lines => 5000,
+        }
+    }
+}
+
+/// A head and a tail with the count of chars between them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cut<'a> {
+    /// The start.
+    pub head: &'a str,
+    /// The end.
+    pub tail: &'a str,
+    /// Chars left out between them.
+    pub omitted: u64,
+}
+
+/// The first `n` chars.
+pub fn head_chars(text: &str, n: usize) -> &str {
+    match text.char_indices().nth(n) {
+        Some((i, _)) => &text[..i],
+        None => text,
+    }
+}
+
+/// The last `n` chars.
+pub fn tail_chars(text: &str, n: usize) -> &str {
+    if n == 0 {
+        return "";
+    }
+    match text.char_indices().rev().nth(n - 1) {
+        Some((i, _)) => &text[i..],
+        None => text,
+    }
+}
+
+fn count_chars(s: &str) -> u64 {
+    bytecount::num_chars(s.as_bytes()) as u64
+}
+
+/// TrueForge's edges: the first and last `n` chars; whole when the text has
+/// `2n` chars or fewer.
+pub fn cut_edges(text: &str, n: usize) -> Option<Cut<'_>> {
+    let total = count_chars(text);
+    if total <= 2 * n as u64 {
+        return None;
+    }
+    Some(Cut {
+        head: head_chars(text, n),
+        tail: tail_chars(text, n),
+        omitted: total - 2 * n as u64,
+    })
+}
+
+/// ChatCLI's lines cut: a head of `head` chars cut back to its last newline
+/// when that newline lies past half of the head, and a tail of `tail` chars
+/// that starts after its first newline when that newline lies within the
+/// first half of the tail. Whole when the text is no longer than
+/// `head + tail + 100`.
+pub fn cut_lines(text: &str, head: usize, tail: usize) -> Option<Cut<'_>> {
+    let total = count_chars(text);
+    if total <= (head + tail + 100) as u64 {
+        return None;
+    }
+    let mut h = head_chars(text, head);
+    if let Some(nl) = h.rfind('\n')
+        && count_chars(&h[..nl]) > (head / 2) as u64
+    {
+        h = &h[..nl];
+    }
+    let mut t = tail_chars(text, tail);
+    if let Some(nl) = t.find('\n')
+        && count_chars(&t[..nl]) < (tail / 2) as u64
+    {
+        t = &t[nl + 1..];
+    }
+    Some(Cut {
+        head: h,
+        tail: t,
+        omitted: total - count_chars(h) - count_chars(t),
+    })
+}
+
+/// A preview before the payload's handle is known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Preview {
+    /// The structure line (structured style only).
+    pub structure: Option<String>,
+    /// The whole text, or the head of a cut.
+    pub head: String,
+    /// `(omitted chars, tail)` when cut.
+    pub tail: Option<(u64, String)>,
+    /// What the content looks like.
+    pub kind: Kind,
+}
+
+impl Preview {
+    /// Renders the preview with the omission marker pointing at the payload.
+    pub fn render(&self, path: &str, payload_id: &str) -> String {
+        let mut out = String::new();
+        if let Some(s) = &self.structure {
+            out.push_str(s);
+            out.push('\n');
+        }
+        out.push_str(&self.head);
+        if let Some((omitted, tail)) = &self.tail {
+            if !self.head.is_empty() && !self.head.ends_with('\n') {
+                out.push('\n');
+            }
+            let _ = write!(out, "{}", marker(*omitted, path, payload_id));
+            out.push('\n');
+            out.push_str(tail);
+            if self.kind.is_json() {
+                out.push_str("\n(Cut excerpt: not valid JSON on its own.)");
+            }
+        }
+        out
+    }
+}
+
+/// The omission marker.
+pub fn marker(omitted: u64, path: &str, payload_id: &str) -> String {
+    format!(
+        "[... {} chars omitted — full payload: {path} ({payload_id})]",
+        group(omitted)
+    )
+}
+
+/// `1 line`, `2 lines`, with grouped digits.
+pub fn count_of(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{} {noun}s", group(n))
+    }
+}
+
+/// `48210` → `48 210`.
+pub fn group(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(' ');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Builds the preview of `content` in `style`, within `chars` total (the
+/// style's default when `None`).
+pub fn build(content: &[u8], content_type: &str, style: Style, chars: Option<usize>) -> Preview {
+    let budget = chars.unwrap_or_else(|| style.default_chars()).max(2);
+    let kind = detect::detect(content, content_type);
+    let Ok(text) = std::str::from_utf8(content) else {
+        return Preview {
+            structure: Some(format!(
+                "Structure: binary data, {} bytes; no text preview. Read byte ranges or run an Exec script to look inside.",
+                group(content.len() as u64)
+            )),
+            head: String::new(),
+            tail: None,
+            kind: Kind::Binary,
+        };
+    };
+    let (structure, cut) = match style {
+        Style::Edges => (None, cut_edges(text, budget / 2)),
+        Style::Lines => (None, cut_lines(text, budget * 4 / 5, budget / 5)),
+        Style::Structured => (
+            Some(structure_line(content, text, kind)),
+            cut_lines(text, budget * 2 / 3, budget / 3),
+        ),
+    };
+    match cut {
+        None => Preview {
+            structure,
+            head: text.to_owned(),
+            tail: None,
+            kind,
+        },
+        Some(c) => Preview {
+            structure,
+            head: c.head.to_owned(),
+            tail: Some((c.omitted, c.tail.to_owned())),
+            kind,
+        },
+    }
+}
+
+fn structure_line(content: &[u8], text: &str, kind: Kind) -> String {
+    let lines = line_count(content);
+    let mut s = format!("Structure: {kind}");
+    match kind {
+        Kind::JsonArray | Kind::JsonObject => {
+            if let Some(shape) = jsonscan::scan(content, JSON_SCAN_BYTES) {
+                let at_least = if shape.exact { "" } else { "≥" };
+                let what = match shape.top {
+                    Top::Array => "records",
+                    Top::Object => "top-level keys",
+                };
+                let _ = write!(s, " of {at_least}{} {what}", group(shape.count));
+                if !shape.exact {
+                    let _ = write!(s, " (counted in the first {} MiB)", JSON_SCAN_BYTES >> 20);
+                }
+                if !shape.keys.is_empty() {
+                    let label = if shape.top == Top::Array {
+                        "keys of the first records"
+                    } else {
+                        "keys"
+                    };
+                    let _ = write!(s, "; {label}: {}", shape.keys.join(", "));
+                }
+                if let Some(at) = shape.invalid_at {
+                    let _ = write!(s, "; invalid JSON at byte {at}");
+                }
+            }
+        }
+        Kind::Ndjson => {
+            let records = text.lines().filter(|l| !l.trim().is_empty()).count();
+            let _ = write!(s, " of {} records", group(records as u64));
+            let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+            if let Ok(serde_json::Value::Object(map)) = serde_json::from_str(first) {
+                let keys: Vec<&str> = map.keys().take(24).map(String::as_str).collect();
+                let _ = write!(s, "; keys of the first record: {}", keys.join(", "));
+            }
+        }
+        Kind::Csv | Kind::Tsv => {
+            let header = text.lines().next().unwrap_or("");
+            let _ = write!(
+                s,
+                " with {} data rows; header: {}",
+                group(lines.saturating_sub(1)),
+                head_chars(header, 300)
+            );
+        }
+        _ => {}
+    }
+    let _ = write!(
+        s,
+        "; {} lines, {} chars.",
+        group(lines),
+        group(count_chars(text))
+    );
+    s
+}
+
+fn line_count(content: &[u8]) -> u64 {
+    let newlines = memchr::memchr_iter(b'\n', content).count() as u64;
+    match content.last() {
+        None => 0,
+        Some(b'\n') => newlines,
+        Some(_) => newlines + 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn edges_keep_short_content_whole_and_cut_long_content() {
+        assert_eq!(cut_edges(&"a".repeat(200), 100), None);
+        let text = format!("{}{}{}", "h".repeat(100), "m".repeat(50), "t".repeat(100));
+        let c = cut_edges(&text, 100).unwrap();
+        assert_eq!(
+            (c.head, c.tail, c.omitted),
+            ("h".repeat(100).as_str(), "t".repeat(100).as_str(), 50)
+        );
+    }
+
+    #[test]
+    fn lines_keep_content_up_to_head_plus_tail_plus_100_whole() {
+        assert_eq!(cut_lines(&"x".repeat(5100), 4000, 1000), None);
+        assert!(cut_lines(&"x".repeat(5101), 4000, 1000).is_some());
+    }
+
+    #[test]
+    fn lines_head_cuts_back_to_a_newline_past_half() {
+        // Newline at char 3000 (past 2000): head ends there.
+        let text = format!("{}\n{}", "a".repeat(3000), "b".repeat(10_000));
+        let c = cut_lines(&text, 4000, 1000).unwrap();
+        assert_eq!(c.head, "a".repeat(3000));
+        // Newline at char 1000 (not past half): head keeps 4000 chars.
+        let text = format!("{}\n{}", "a".repeat(1000), "b".repeat(10_000));
+        assert_eq!(
+            count_chars(cut_lines(&text, 4000, 1000).unwrap().head),
+            4000
+        );
+    }
+
+    #[test]
+    fn lines_tail_starts_after_a_newline_in_its_first_half() {
+        let text = format!("{}\n{}", "a".repeat(10_000), "z".repeat(700));
+        // The tail's first 1000 chars hold a newline at 299 (< 500).
+        let c = cut_lines(&text, 4000, 1000).unwrap();
+        assert_eq!(c.tail, "z".repeat(700));
+        let text = format!("{}\n{}", "a".repeat(10_000), "z".repeat(300));
+        // Newline at 699 in the tail (not in the first half): tail kept whole.
+        assert_eq!(
+            count_chars(cut_lines(&text, 4000, 1000).unwrap().tail),
+            1000
+        );
+    }
+
+    #[test]
+    fn omitted_counts_add_up() {
+        let text = "line of text\n".repeat(2000);
+        let c = cut_lines(&text, 4000, 1000).unwrap();
+        assert_eq!(
+            count_chars(c.head) + count_chars(c.tail) + c.omitted,
+            count_chars(&text)
+        );
+    }
+
+    #[test]
+    fn multibyte_text_is_never_split_at_any_cut_point() {
+        for unit in ["é", "世", "🌍", "a🌍é世\n"] {
+            let text = unit.repeat(3000);
+            for n in [1usize, 2, 3, 7, 99, 100] {
+                if let Some(c) = cut_edges(&text, n) {
+                    assert_eq!(count_chars(c.head), n as u64);
+                    assert_eq!(count_chars(c.tail), n as u64);
+                }
+                if let Some(c) = cut_lines(&text, n * 10, n * 3) {
+                    // Slices of a &str are valid UTF-8 by construction; check
+                    // that the counts still reconcile.
+                    assert_eq!(
+                        count_chars(c.head) + count_chars(c.tail) + c.omitted,
+                        count_chars(&text),
+                        "{unit:?} {n}"
+                    );
+                }
+            }
+            for style in [Style::Structured, Style::Edges, Style::Lines] {
+                let p = build(text.as_bytes(), "", style, Some(50));
+                let rendered = p.render("/payloads/x.txt", "pl_x");
+                assert!(rendered.chars().count() < 600, "{style:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn structured_json_array_gives_count_and_keys_and_says_it_is_cut() {
+        let json = format!(
+            "[{}]",
+            (0..500)
+                .map(|i| format!(
+                    "{{\"id\":{i},\"title\":\"pr {i}\",\"user\":{{\"login\":\"u\"}}}}"
+                ))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        let p = build(json.as_bytes(), "application/json", Style::Structured, None);
+        let s = p.structure.clone().unwrap();
+        assert!(
+            s.starts_with(
+                "Structure: JSON array of 500 records; keys of the first records: id, title, user"
+            ),
+            "{s}"
+        );
+        let r = p.render("/payloads/prs.json", "pl_1");
+        assert!(
+            r.contains("chars omitted — full payload: /payloads/prs.json (pl_1)]"),
+            "{r}"
+        );
+        assert!(
+            r.ends_with("(Cut excerpt: not valid JSON on its own.)"),
+            "{r}"
+        );
+    }
+
+    #[test]
+    fn structured_huge_array_reports_a_lower_bound() {
+        let json = format!(
+            "[{}]",
+            (0..200_000)
+                .map(|i| format!("{{\"id\":{i}}}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        let s = build(json.as_bytes(), "", Style::Structured, None)
+            .structure
+            .unwrap();
+        assert!(s.contains("of ≥"), "{s}");
+        assert!(s.contains("counted in the first 1 MiB"), "{s}");
+    }
+
+    #[test]
+    fn structured_object_csv_and_binary() {
+        let s = build(
+            br#"{"total": 3, "items": [1,2,3]}"#,
+            "",
+            Style::Structured,
+            None,
+        )
+        .structure
+        .unwrap();
+        assert!(
+            s.contains("JSON object of 2 top-level keys; keys: total, items"),
+            "{s}"
+        );
+        let s = build(b"id,name\n1,a\n2,b\n", "", Style::Structured, None)
+            .structure
+            .unwrap();
+        assert!(s.contains("CSV with 2 data rows; header: id,name"), "{s}");
+        let p = build(&[0u8, 159, 146, 150], "", Style::Structured, None);
+        assert!(p.render("/p", "pl").contains("binary data, 4 bytes"));
+    }
+
+    #[test]
+    fn groups_digits_with_spaces() {
+        assert_eq!(group(0), "0");
+        assert_eq!(group(999), "999");
+        assert_eq!(group(48_210), "48 210");
+        assert_eq!(group(1_234_567), "1 234 567");
+    }
+}
