@@ -158,6 +158,12 @@ pub struct Limits {
     pub max_concurrent_streams: u32,
     /// Largest page a List call returns (default 1000).
     pub max_page_size: u32,
+    /// Wall-time limit of one Search call (default 10 s); past it, the
+    /// matches found so far come back with `truncated` set.
+    #[serde(with = "humantime_serde")]
+    pub search_timeout: Duration,
+    /// Ceiling on a Search's `max_matches` (default 10 000).
+    pub max_search_matches: u32,
 }
 
 impl Default for Limits {
@@ -173,6 +179,8 @@ impl Default for Limits {
             max_concurrent_uploads: 512,
             max_concurrent_streams: 256,
             max_page_size: 1000,
+            search_timeout: Duration::from_secs(10),
+            max_search_matches: 10_000,
         }
     }
 }
@@ -350,6 +358,8 @@ impl Config {
                 u64::from(l.max_concurrent_streams),
             ),
             ("limits.max_page_size", u64::from(l.max_page_size)),
+            ("limits.search_timeout", l.search_timeout.as_millis() as u64),
+            ("limits.max_search_matches", u64::from(l.max_search_matches)),
         ];
         if let Some((key, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(ConfigError::Invalid(format!(

@@ -106,3 +106,40 @@ pub fn receipt(r: &ReceiptRecord) -> proto::DeletionReceipt {
         signature: r.signature.clone(),
     }
 }
+
+pub fn structure(payload_id: &str, s: &crate::inspect::structure::Structure) -> proto::Structure {
+    proto::Structure {
+        payload_id: payload_id.to_owned(),
+        detected_type: s.detected_type.clone(),
+        size_bytes: s.size_bytes,
+        line_count: s.line_count,
+        json: s.json.as_ref().map(|j| proto::JsonStructure {
+            top_level: j.top_level.clone(),
+            record_count: j.record_count,
+            fields: j
+                .fields
+                .iter()
+                .map(|f| proto::FieldInfo {
+                    path: f.path.clone(),
+                    types: f.types.clone(),
+                    present_count: f.present_count,
+                    example: f.example.clone(),
+                })
+                .collect(),
+            more_fields: j.more_fields,
+            skipped_records: j.skipped_records,
+        }),
+        csv: s.csv.as_ref().map(|c| proto::CsvStructure {
+            delimiter: c.delimiter.to_string(),
+            columns: c.columns.clone(),
+            row_count: c.row_count,
+        }),
+        text: s.text.as_ref().map(|t| proto::TextStructure {
+            longest_line: t.longest_line,
+            sample_lines: t.sample_lines.clone(),
+            longest_line_number: t.longest_line_number,
+        }),
+        summary: s.summary.clone(),
+        invalid_json_at: s.invalid_json_at,
+    }
+}

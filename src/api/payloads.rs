@@ -14,6 +14,13 @@ use crate::proto::{self, payloads_server::Payloads, upload_chunk::Chunk};
 use crate::store::read::ReadSpec;
 use crate::store::{StoreError, UploadMeta};
 
+/// Most payloads one Search may name.
+const MAX_SEARCH_PAYLOADS: usize = 1000;
+/// Longest search pattern, in bytes.
+const MAX_PATTERN_BYTES: usize = 4096;
+/// Most context lines around a match.
+const MAX_CONTEXT_LINES: u32 = 10;
+
 /// Chunks in flight between the network and the disk writer of one upload.
 /// With the message limit, this bounds an upload's memory.
 const UPLOAD_QUEUE: usize = 4;
@@ -284,6 +291,104 @@ impl Payloads for PayloadsService {
         }
     }
 
+    #[instrument(name = "payloads.inspect", skip_all, err(level = "info"))]
+    async fn inspect(
+        &self,
+        req: Request<proto::PayloadRequest>,
+    ) -> Result<Response<proto::Structure>, Status> {
+        let p = principal(&req)?;
+        let (_, payload) = self
+            .state
+            .payload_for(&p, Rpc::Inspect, &req.get_ref().payload_id)
+            .await?;
+        let store = self.state.store.clone();
+        let record = payload.clone();
+        let structure = blocking(move || store.inspect(&record)).await?;
+        tracing::info!(payload_id = %payload.id, detected = %structure.detected_type, "inspected");
+        Ok(Response::new(convert::structure(
+            payload.id.as_str(),
+            &structure,
+        )))
+    }
+
+    #[instrument(
+        name = "payloads.search",
+        skip_all,
+        fields(session_id),
+        err(level = "info")
+    )]
+    async fn search(
+        &self,
+        req: Request<proto::SearchRequest>,
+    ) -> Result<Response<proto::SearchResponse>, Status> {
+        let p = principal(&req)?;
+        let r = req.into_inner();
+        let session = self
+            .state
+            .session_for(&p, Rpc::Search, &r.session_id)
+            .await?;
+        tracing::Span::current().record("session_id", tracing::field::display(&session.id));
+        if r.pattern.is_empty() {
+            return Err(ApiError::BadRequest(
+                "pattern is empty; give a regex, or a literal with fixed_string = true".into(),
+            )
+            .into());
+        }
+        if r.pattern.len() > MAX_PATTERN_BYTES {
+            return Err(ApiError::BadRequest(format!(
+                "pattern is {} bytes; at most {MAX_PATTERN_BYTES} are allowed",
+                r.pattern.len()
+            ))
+            .into());
+        }
+        if r.context_lines > MAX_CONTEXT_LINES {
+            return Err(ApiError::BadRequest(format!(
+                "context_lines is {}; at most {MAX_CONTEXT_LINES} are allowed",
+                r.context_lines
+            ))
+            .into());
+        }
+        if r.payload_ids.len() > MAX_SEARCH_PAYLOADS {
+            return Err(ApiError::BadRequest(format!("{} payload_ids given; at most {MAX_SEARCH_PAYLOADS} are allowed; leave it empty to search the whole session", r.payload_ids.len())).into());
+        }
+        let limits = &self.state.config.limits;
+        let max_matches = match r.max_matches {
+            0 => 100,
+            n => n.min(limits.max_search_matches),
+        } as usize;
+        let query = crate::inspect::search::Query {
+            pattern: r.pattern,
+            fixed_string: r.fixed_string,
+            case_insensitive: r.case_insensitive,
+            context_lines: r.context_lines as usize,
+        };
+        let compiled = crate::inspect::search::compile(&query)
+            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        let ids = r
+            .payload_ids
+            .iter()
+            .map(|id| crate::ids::PayloadId::parse(id))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(ApiError::from)?;
+        let store = self.state.store.clone();
+        let timeout = limits.search_timeout;
+        let ceiling = limits.max_search_matches;
+        let session_id = session.id.clone();
+        let reply = blocking(move || {
+            search_session(
+                &store,
+                &session_id,
+                ids,
+                &compiled,
+                max_matches,
+                ceiling,
+                timeout,
+            )
+        })
+        .await?;
+        Ok(Response::new(reply))
+    }
+
     #[instrument(name = "payloads.stat", skip_all, err(level = "info"))]
     async fn stat(
         &self,
@@ -417,4 +522,109 @@ impl Payloads for PayloadsService {
         tracing::info!(receipt_id = %receipt.id, bytes = receipt.bytes_deleted, "payload deleted");
         Ok(Response::new(convert::receipt(&receipt)))
     }
+}
+
+/// Runs a compiled search over the named payloads of a session (all of
+/// them when none are named), within the match cap and the time limit.
+fn search_session(
+    store: &crate::store::Store,
+    session: &crate::ids::SessionId,
+    ids: Vec<crate::ids::PayloadId>,
+    compiled: &crate::inspect::search::Compiled,
+    max_matches: usize,
+    ceiling: u32,
+    timeout: std::time::Duration,
+) -> Result<proto::SearchResponse, ApiError> {
+    use crate::inspect::search::{Stop, search_reader};
+    let mut payloads = Vec::new();
+    if ids.is_empty() {
+        let mut token = String::new();
+        loop {
+            let page = store.list_payloads(session, &token, 1000)?;
+            payloads.extend(page.items);
+            if page.next_token.is_empty() {
+                break;
+            }
+            token = page.next_token;
+        }
+    } else {
+        for id in ids {
+            let p = store.payload(&id)?;
+            if p.session_id != *session {
+                return Err(ApiError::Hidden {
+                    kind: "payload",
+                    id: id.to_string(),
+                });
+            }
+            payloads.push(p);
+        }
+    }
+    let deadline = std::time::Instant::now() + timeout;
+    let mut reply = proto::SearchResponse::default();
+    let mut skipped_binary = Vec::new();
+    let mut skipped_missing = Vec::new();
+    for p in &payloads {
+        if p.missing {
+            skipped_missing.push(p.id.to_string());
+            continue;
+        }
+        let file = std::io::BufReader::with_capacity(256 * 1024, store.open_payload(p)?);
+        let mut hits = Vec::new();
+        let (stop, seen) = search_reader(
+            compiled,
+            file,
+            max_matches - reply.matches.len(),
+            deadline,
+            &mut hits,
+        )
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+        reply.total_matches_seen += seen;
+        reply.matches.extend(hits.into_iter().map(|h| proto::Match {
+            payload_id: p.id.to_string(),
+            line_number: h.line_number,
+            byte_offset: h.byte_offset,
+            line: h.line,
+            before: h.before,
+            after: h.after,
+        }));
+        match stop {
+            Stop::Done => {}
+            Stop::Binary => skipped_binary.push(p.id.to_string()),
+            Stop::Cap => {
+                reply.truncated = true;
+                reply.note = format!(
+                    "stopped at max_matches ({max_matches}); narrow the pattern, name fewer payloads, or raise max_matches (ceiling {})",
+                    ceiling
+                );
+                break;
+            }
+            Stop::Deadline => {
+                reply.truncated = true;
+                reply.note = format!(
+                    "stopped at the {} s search time limit (limits.search_timeout) while searching {}; narrow the pattern or name fewer payloads",
+                    timeout.as_secs_f32(),
+                    p.id
+                );
+                break;
+            }
+        }
+    }
+    let mut notes = Vec::new();
+    if !reply.note.is_empty() {
+        notes.push(std::mem::take(&mut reply.note));
+    }
+    if !skipped_binary.is_empty() {
+        notes.push(format!(
+            "skipped binary payloads (Read byte ranges instead): {}",
+            skipped_binary.join(", ")
+        ));
+    }
+    if !skipped_missing.is_empty() {
+        notes.push(format!(
+            "skipped payloads whose bytes are missing: {}",
+            skipped_missing.join(", ")
+        ));
+    }
+    reply.note = notes.join("; ");
+    Ok(reply)
 }

@@ -35,6 +35,10 @@ pub enum Rpc {
     Download,
     /// Payloads/DeletePayload.
     DeletePayload,
+    /// Payloads/Inspect.
+    Inspect,
+    /// Payloads/Search.
+    Search,
 }
 
 /// What a call does to its target session.
@@ -83,6 +87,8 @@ pub const TABLE: &[Rule] = &[
     rule(Rpc::Read, "spillway.v1.Payloads/Read", &[Agent, Admin, Compliance], U::Content),
     rule(Rpc::Download, "spillway.v1.Payloads/Download", &[Agent, Admin, Compliance], U::Content),
     rule(Rpc::DeletePayload, "spillway.v1.Payloads/DeletePayload", &[Agent, Admin, Compliance], U::Manage),
+    rule(Rpc::Inspect, "spillway.v1.Payloads/Inspect", &[Agent, Admin, Compliance], U::Content),
+    rule(Rpc::Search, "spillway.v1.Payloads/Search", &[Agent, Admin, Compliance], U::Content),
 ];
 
 const fn rule(rpc: Rpc, method: &'static str, roles: &'static [Role], session: SessionUse) -> Rule {

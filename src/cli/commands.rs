@@ -112,6 +112,40 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 .into_inner();
             output::show(json, &reply, output::offload)
         }
+        Command::Inspect { payload } => {
+            let s = c
+                .payloads
+                .inspect(proto::PayloadRequest {
+                    payload_id: payload,
+                })
+                .await?
+                .into_inner();
+            output::show(json, &s, output::structure)
+        }
+        Command::Grep {
+            session,
+            pattern,
+            payloads,
+            fixed_strings,
+            ignore_case,
+            context,
+            max_matches,
+        } => {
+            let r = c
+                .payloads
+                .search(proto::SearchRequest {
+                    session_id: session,
+                    payload_ids: payloads,
+                    pattern,
+                    fixed_string: fixed_strings,
+                    case_insensitive: ignore_case,
+                    context_lines: context,
+                    max_matches,
+                })
+                .await?
+                .into_inner();
+            output::show(json, &r, output::search)
+        }
         Command::Stat { payload } => {
             let p = c
                 .payloads

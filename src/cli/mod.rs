@@ -90,6 +90,33 @@ pub enum Command {
         #[arg(long)]
         preview_style: Option<String>,
     },
+    /// Infer a payload's structure (fields, columns, lines).
+    Inspect {
+        /// Payload ID.
+        payload: String,
+    },
+    /// Search a session's payloads.
+    Grep {
+        /// Session to search.
+        #[arg(long)]
+        session: String,
+        /// Regex (or literal with -F).
+        pattern: String,
+        /// Payloads to search (default: all of the session's).
+        payloads: Vec<String>,
+        /// Treat the pattern as a literal string.
+        #[arg(short = 'F', long)]
+        fixed_strings: bool,
+        /// Ignore case.
+        #[arg(short = 'i', long)]
+        ignore_case: bool,
+        /// Lines of context around each match.
+        #[arg(short = 'C', long, default_value_t = 0)]
+        context: u32,
+        /// Most matches to return (server default 100).
+        #[arg(short = 'm', long, default_value_t = 0)]
+        max_matches: u32,
+    },
     /// Show a payload's metadata.
     Stat {
         /// Payload ID.

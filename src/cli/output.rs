@@ -149,3 +149,53 @@ pub fn offload(r: &proto::OffloadResponse) {
         r.inline_tokens, r.offloaded_tokens
     );
 }
+
+/// An Inspect result: the summary, then the details.
+pub fn structure(s: &proto::Structure) {
+    println!("{}  ({})", s.payload_id, s.detected_type);
+    println!("{}", s.summary);
+    if let Some(j) = &s.json {
+        for f in &j.fields {
+            println!(
+                "  {:<40} {:<20} {:>10}  {}",
+                f.path,
+                f.types.join("|"),
+                f.present_count,
+                f.example
+            );
+        }
+    }
+    if let Some(t) = &s.text
+        && s.json.is_none()
+        && s.csv.is_none()
+    {
+        for l in &t.sample_lines {
+            println!("  | {l}");
+        }
+    }
+}
+
+/// Search matches, grep-style: `payload:line: text`, context with `-`.
+pub fn search(r: &proto::SearchResponse) {
+    for m in &r.matches {
+        let first = m.line_number.saturating_sub(m.before.len() as u64);
+        for (i, b) in m.before.iter().enumerate() {
+            println!("{}-{}- {b}", m.payload_id, first + i as u64);
+        }
+        println!("{}:{}: {}", m.payload_id, m.line_number, m.line);
+        for (i, a) in m.after.iter().enumerate() {
+            println!("{}-{}- {a}", m.payload_id, m.line_number + 1 + i as u64);
+        }
+    }
+    eprintln!(
+        "-- {} matches shown, {} seen{}{}",
+        r.matches.len(),
+        r.total_matches_seen,
+        if r.truncated { ", truncated" } else { "" },
+        if r.note.is_empty() {
+            String::new()
+        } else {
+            format!("; {}", r.note)
+        }
+    );
+}

@@ -1,6 +1,12 @@
-//! Looking into payloads: content-type detection (shared by previews,
-//! Inspect and history compaction) and, in later work, structure inference
-//! and search.
+//! Looking into payloads without reading them whole.
+//!
+//! - [`detect`]: content-type detection, shared by previews, Inspect and
+//!   history compaction.
+//! - [`jsonscan`]: a bounded structural scan of JSON for previews.
+//! - [`structure`]: streaming structure inference (Inspect).
+//! - [`search`]: regex and literal search on ripgrep's crates (Search).
 
 pub mod detect;
 pub mod jsonscan;
+pub mod search;
+pub mod structure;

@@ -22,7 +22,7 @@ pub mod records;
 pub mod redb_engine;
 pub mod sled_engine;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -33,6 +33,7 @@ use cap_std::fs::File;
 use crate::clock::{self, Clock, Millis};
 use crate::config::EngineKind;
 use crate::ids::{PayloadId, ReceiptId, SessionId};
+use crate::inspect::structure::{self, Structure};
 use blobs::{BlobStore, TempFile};
 use content::ContentScanner;
 use engine::{Batch, Engine, EngineError, Tree};
@@ -195,7 +196,12 @@ pub struct Store {
     settings: StoreSettings,
     /// Serializes metadata read-modify-write per session (striped).
     stripes: Vec<Mutex<()>>,
+    /// Inspect results by (session, content hash); dropped with the content.
+    structures: Mutex<HashMap<(SessionId, String), Arc<Structure>>>,
 }
+
+/// Cached Inspect results kept at most.
+const STRUCTURE_CACHE: usize = 1024;
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -229,6 +235,7 @@ impl Store {
             clock,
             settings,
             stripes: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
+            structures: Mutex::new(HashMap::new()),
         };
         let report = reconcile::reconcile(&store)?;
         Ok((store, report))
@@ -422,6 +429,8 @@ impl Store {
                 records::encode(&receipt),
             );
         self.engine.commit(&b)?;
+        self.structure_cache()
+            .retain(|(session, _), _| session != id);
         // Metadata is gone and the receipt is durable; a crash before the
         // directory is removed leaves an orphan that reconciliation removes.
         if let Err(e) = self.blobs.remove_session_dir(id) {
@@ -533,6 +542,38 @@ impl Store {
         Ok(read::read_range(&mut file, extent, spec, max_bytes)?)
     }
 
+    /// Infers a payload's structure, or returns the cached result for the
+    /// same bytes in the same session.
+    pub fn inspect(&self, p: &PayloadRecord) -> Result<Arc<Structure>> {
+        let key = (p.session_id.clone(), p.sha256.clone());
+        if let Some(s) = self.structure_cache().get(&key) {
+            return Ok(s.clone());
+        }
+        let file = io::BufReader::with_capacity(256 * 1024, self.open_payload(p)?);
+        let inferred = Arc::new(structure::infer(
+            file,
+            p.size,
+            p.line_count,
+            &p.content_type,
+        )?);
+        let mut cache = self.structure_cache();
+        if cache.len() >= STRUCTURE_CACHE {
+            cache.clear();
+        }
+        cache.insert(key, inferred.clone());
+        Ok(inferred)
+    }
+
+    /// Whether an Inspect result for these bytes is cached (for tests).
+    pub fn structure_cached(&self, p: &PayloadRecord) -> bool {
+        self.structure_cache()
+            .contains_key(&(p.session_id.clone(), p.sha256.clone()))
+    }
+
+    fn structure_cache(&self) -> MutexGuard<'_, HashMap<(SessionId, String), Arc<Structure>>> {
+        self.structures.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Deletes one payload.
     pub fn delete_payload(
         &self,
@@ -549,6 +590,8 @@ impl Store {
         self.forget_payload(&mut b, &p);
         if !self.has_other_copy(&p)? {
             s.usage_bytes = s.usage_bytes.saturating_sub(p.size);
+            self.structure_cache()
+                .remove(&(p.session_id.clone(), p.sha256.clone()));
         }
         s.usage_payloads = s.usage_payloads.saturating_sub(1);
         let mut receipt = self.new_receipt(id.as_str(), requested_by, &s.tenant, reason);

@@ -272,3 +272,100 @@ async fn a_1_gib_upload_grows_server_rss_by_less_than_64_mib() {
         growth >> 20
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn inspecting_a_1_gib_ndjson_keeps_server_rss_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path());
+    let server = ProcessServer::start(
+        Some(&config),
+        &dir.path().join("data"),
+        dir.path().join("server.log"),
+    )
+    .await;
+    let session = server
+        .sessions(ALICE)
+        .await
+        .create_session(proto::CreateSessionRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    // ~10 KiB records, 1 MiB chunks, 1 GiB in all.
+    let blob = "x".repeat(10_000);
+    let chunks = (0..1024u32).map(move |c| {
+        let mut chunk = String::with_capacity(1 << 20);
+        let mut i = 0;
+        while chunk.len() + blob.len() + 64 < 1 << 20 {
+            chunk.push_str(&format!(
+                "{{\"id\":{},\"ok\":true,\"blob\":\"{blob}\"}}\n",
+                c * 1000 + i
+            ));
+            i += 1;
+        }
+        proto::UploadChunk {
+            chunk: Some(proto::upload_chunk::Chunk::Data(bytes::Bytes::from(chunk))),
+        }
+    });
+    let mut h = header(&session.id, "huge.ndjson");
+    h.content_type = "application/x-ndjson".into();
+    let first = proto::UploadChunk {
+        chunk: Some(proto::upload_chunk::Chunk::Header(h)),
+    };
+    let stored = server
+        .payloads(ALICE)
+        .await
+        .upload(tokio_stream::iter(std::iter::once(first).chain(chunks)))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(stored.size_bytes > 1000 << 20, "{}", stored.size_bytes);
+
+    let baseline = server.rss_bytes();
+    let pid = server.child.id();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler_stop = stop.clone();
+    let sampler = std::thread::spawn(move || {
+        let mut peak = 0u64;
+        while !sampler_stop.load(std::sync::atomic::Ordering::Relaxed) {
+            if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status"))
+                && let Some(kb) = status
+                    .lines()
+                    .find(|l| l.starts_with("VmRSS:"))
+                    .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            {
+                peak = peak.max(kb * 1024);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        peak
+    });
+    let st = server
+        .payloads(ALICE)
+        .await
+        .inspect(proto::PayloadRequest {
+            payload_id: stored.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let peak = sampler.join().unwrap();
+    let j = st.json.clone().unwrap();
+    assert_eq!(st.detected_type, "ndjson");
+    assert!(j.record_count > 100_000, "{}", j.record_count);
+    assert_eq!(
+        j.fields.iter().map(|f| f.path.as_str()).collect::<Vec<_>>(),
+        ["id", "ok", "blob"]
+    );
+    let growth = peak.saturating_sub(baseline);
+    eprintln!(
+        "inspect of {} MiB NDJSON: server RSS grew by {} MiB",
+        stored.size_bytes >> 20,
+        growth >> 20
+    );
+    assert!(
+        growth < 64 << 20,
+        "server RSS grew by {} MiB while inspecting 1 GiB",
+        growth >> 20
+    );
+}

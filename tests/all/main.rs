@@ -4,6 +4,7 @@
 mod cli;
 mod common;
 mod crash;
+mod inspect;
 mod offload;
 mod payloads;
 mod sessions;

@@ -1,0 +1,337 @@
+//! Search over payloads with ripgrep's library crates: `grep-regex` for the
+//! matcher (with its compile-size limits) and `grep-searcher` for the line
+//! oriented search with context. A deadline bounds the time of one call.
+
+use std::io::{self, Read};
+use std::time::Instant;
+
+use grep_regex::RegexMatcherBuilder;
+use grep_searcher::{
+    BinaryDetection, SearcherBuilder, Sink, SinkContext, SinkContextKind, SinkMatch,
+};
+
+/// Longest line returned in a match or context; longer lines are cut with a
+/// marker that says how much was left out.
+pub const MAX_LINE_CHARS: usize = 500;
+/// Compiled regex size limit (bytes).
+const REGEX_SIZE_LIMIT: usize = 10 << 20;
+/// Lazy DFA cache limit (bytes).
+const DFA_SIZE_LIMIT: usize = 10 << 20;
+
+/// What to search for.
+#[derive(Debug, Clone)]
+pub struct Query {
+    /// The pattern.
+    pub pattern: String,
+    /// Treat the pattern as a literal.
+    pub fixed_string: bool,
+    /// Ignore case.
+    pub case_insensitive: bool,
+    /// Lines of context before and after each match.
+    pub context_lines: usize,
+}
+
+/// One matching line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hit {
+    /// 1-based line number.
+    pub line_number: u64,
+    /// Byte offset of the line's start.
+    pub byte_offset: u64,
+    /// The line, without its terminator, possibly cut.
+    pub line: String,
+    /// Context before.
+    pub before: Vec<String>,
+    /// Context after.
+    pub after: Vec<String>,
+}
+
+/// Why a query could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum SearchError {
+    /// The pattern does not compile.
+    #[error("invalid search pattern: {0}")]
+    BadPattern(String),
+    /// Reading failed.
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
+/// A compiled query.
+#[derive(Debug, Clone)]
+pub struct Compiled {
+    matcher: grep_regex::RegexMatcher,
+    context: usize,
+}
+
+/// Compiles a query; a bad pattern is refused with the parser's message.
+pub fn compile(q: &Query) -> Result<Compiled, SearchError> {
+    let matcher = RegexMatcherBuilder::new()
+        .case_insensitive(q.case_insensitive)
+        .fixed_strings(q.fixed_string)
+        .size_limit(REGEX_SIZE_LIMIT)
+        .dfa_size_limit(DFA_SIZE_LIMIT)
+        .build(&q.pattern)
+        .map_err(|e| SearchError::BadPattern(e.to_string()))?;
+    Ok(Compiled {
+        matcher,
+        context: q.context_lines,
+    })
+}
+
+/// How one file's search ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// The whole file was searched.
+    Done,
+    /// The match cap was reached; more matches may exist.
+    Cap,
+    /// The deadline passed.
+    Deadline,
+    /// The content is binary and was skipped.
+    Binary,
+}
+
+/// Searches `reader`, appending hits until `budget` hits have been taken.
+/// Returns how the search ended and how many matches it saw.
+pub fn search_reader<R: Read>(
+    c: &Compiled,
+    reader: R,
+    budget: usize,
+    deadline: Instant,
+    hits: &mut Vec<Hit>,
+) -> Result<(Stop, u64), SearchError> {
+    let mut searcher = SearcherBuilder::new()
+        .line_number(true)
+        .before_context(c.context)
+        .after_context(c.context)
+        .binary_detection(BinaryDetection::quit(0))
+        .build();
+    let mut sink = Collector {
+        hits,
+        budget,
+        seen: 0,
+        pending_before: Vec::new(),
+        capped: false,
+        binary: false,
+    };
+    let reader = DeadlineReader {
+        inner: reader,
+        deadline,
+    };
+    match searcher.search_reader(&c.matcher, reader, &mut sink) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::TimedOut => return Ok((Stop::Deadline, sink.seen)),
+        Err(e) => return Err(e.into()),
+    }
+    let stop = if sink.capped {
+        Stop::Cap
+    } else if sink.binary {
+        Stop::Binary
+    } else {
+        Stop::Done
+    };
+    Ok((stop, sink.seen))
+}
+
+struct Collector<'a> {
+    hits: &'a mut Vec<Hit>,
+    budget: usize,
+    seen: u64,
+    pending_before: Vec<String>,
+    capped: bool,
+    binary: bool,
+}
+
+impl Sink for Collector<'_> {
+    type Error = io::Error;
+
+    fn matched(
+        &mut self,
+        _: &grep_searcher::Searcher,
+        mat: &SinkMatch<'_>,
+    ) -> Result<bool, io::Error> {
+        let mut offset = mat.absolute_byte_offset();
+        for (number, line) in (mat.line_number().unwrap_or(0)..).zip(mat.lines()) {
+            self.seen += 1;
+            if self.hits.len() >= self.budget {
+                self.capped = true;
+                return Ok(false);
+            }
+            self.hits.push(Hit {
+                line_number: number,
+                byte_offset: offset,
+                line: show_line(line),
+                before: std::mem::take(&mut self.pending_before),
+                after: Vec::new(),
+            });
+            offset += line.len() as u64;
+        }
+        Ok(true)
+    }
+
+    fn context(
+        &mut self,
+        _: &grep_searcher::Searcher,
+        ctx: &SinkContext<'_>,
+    ) -> Result<bool, io::Error> {
+        let line = show_line(ctx.bytes());
+        match ctx.kind() {
+            SinkContextKind::After => {
+                if let Some(last) = self.hits.last_mut() {
+                    last.after.push(line);
+                }
+            }
+            _ => self.pending_before.push(line),
+        }
+        Ok(true)
+    }
+
+    fn binary_data(&mut self, _: &grep_searcher::Searcher, _: u64) -> Result<bool, io::Error> {
+        self.binary = true;
+        Ok(false)
+    }
+}
+
+/// A line for display: terminator dropped, invalid UTF-8 replaced, and cut
+/// to [`MAX_LINE_CHARS`] with a marker.
+fn show_line(bytes: &[u8]) -> String {
+    let bytes = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+    let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
+    let text = String::from_utf8_lossy(bytes);
+    let total = text.chars().count();
+    if total <= MAX_LINE_CHARS {
+        return text.into_owned();
+    }
+    let head: String = text.chars().take(MAX_LINE_CHARS).collect();
+    format!(
+        "{head}…[{} more chars on this line; Read the line range for all of it]",
+        total - MAX_LINE_CHARS
+    )
+}
+
+/// Fails reads once the deadline has passed, which stops the searcher.
+struct DeadlineReader<R> {
+    inner: R,
+    deadline: Instant,
+}
+
+impl<R: Read> Read for DeadlineReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if Instant::now() >= self.deadline {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "search deadline passed",
+            ));
+        }
+        self.inner.read(buf)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn q(p: &str) -> Query {
+        Query {
+            pattern: p.into(),
+            fixed_string: false,
+            case_insensitive: false,
+            context_lines: 0,
+        }
+    }
+
+    fn run(query: &Query, text: &[u8], budget: usize) -> (Vec<Hit>, Stop, u64) {
+        let c = compile(query).unwrap();
+        let mut hits = Vec::new();
+        let (stop, seen) = search_reader(
+            &c,
+            text,
+            budget,
+            Instant::now() + Duration::from_secs(10),
+            &mut hits,
+        )
+        .unwrap();
+        (hits, stop, seen)
+    }
+
+    #[test]
+    fn finds_lines_with_numbers_offsets_and_context() {
+        let text = b"alpha\nbeta\ngamma\ndelta\nepsilon\n";
+        let mut query = q("gam+a");
+        query.context_lines = 1;
+        let (hits, stop, seen) = run(&query, text, 10);
+        assert_eq!((stop, seen), (Stop::Done, 1));
+        assert_eq!(hits[0].line_number, 3);
+        assert_eq!(hits[0].byte_offset, 11);
+        assert_eq!(hits[0].line, "gamma");
+        assert_eq!(
+            (hits[0].before.clone(), hits[0].after.clone()),
+            (vec!["beta".to_string()], vec!["delta".to_string()])
+        );
+    }
+
+    #[test]
+    fn fixed_strings_and_case_insensitivity() {
+        let mut query = q("a.c");
+        query.fixed_string = true;
+        assert_eq!(run(&query, b"abc\na.c\n", 10).0.len(), 1);
+        let mut query = q("ERROR");
+        query.case_insensitive = true;
+        assert_eq!(run(&query, b"error\nError\nok\n", 10).0.len(), 2);
+    }
+
+    #[test]
+    fn the_cap_stops_the_search_and_says_so() {
+        let text = "hit\n".repeat(100);
+        let (hits, stop, _) = run(&q("hit"), text.as_bytes(), 5);
+        assert_eq!((hits.len(), stop), (5, Stop::Cap));
+    }
+
+    #[test]
+    fn bad_patterns_carry_the_parser_message() {
+        let err = compile(&q("(unclosed")).unwrap_err().to_string();
+        assert!(
+            err.starts_with("invalid search pattern") && err.contains("unclosed"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn huge_patterns_hit_the_size_limit() {
+        let err = compile(&q(r"\w{1000}\w{1000}\w{1000}"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("invalid search pattern"), "{err}");
+    }
+
+    #[test]
+    fn a_passed_deadline_stops_the_search() {
+        let c = compile(&q("x")).unwrap();
+        let mut hits = Vec::new();
+        let (stop, _) = search_reader(
+            &c,
+            &b"x\n"[..],
+            10,
+            Instant::now() - Duration::from_millis(1),
+            &mut hits,
+        )
+        .unwrap();
+        assert_eq!(stop, Stop::Deadline);
+    }
+
+    #[test]
+    fn binary_content_is_skipped_and_long_lines_are_cut() {
+        let (_, stop, _) = run(&q("a"), b"a\x00b\na\n", 10);
+        assert_eq!(stop, Stop::Binary);
+        let long = format!("{}needle{}\n", "x".repeat(300), "y".repeat(900));
+        let (hits, _, _) = run(&q("needle"), long.as_bytes(), 10);
+        assert!(
+            hits[0].line.contains("more chars on this line"),
+            "{}",
+            hits[0].line
+        );
+        assert!(hits[0].line.chars().count() < 600);
+    }
+}
