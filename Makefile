@@ -34,8 +34,10 @@ fmt: ## Format the code
 images: ## Build the sandbox images (none yet: code mode is a later issue)
 	@echo "no sandbox images yet"
 
-bench: ## Upload and read throughput against raw write+fsync (see benches/)
+bench: ## Benchmarks with ratios against raw disk, serde_json and ripgrep (see benches/)
+	@command -v rg >/dev/null || (apt-get update -qq && apt-get install -y -qq ripgrep)
 	$(CARGO) bench --locked --bench io_throughput
+	$(CARGO) bench --locked --bench offload_inspect_search
 
 clean: ## Remove build output and the local dev data
 	$(CARGO) clean

@@ -128,6 +128,7 @@ pub fn structure(payload_id: &str, s: &crate::inspect::structure::Structure) -> 
                 .collect(),
             more_fields: j.more_fields,
             skipped_records: j.skipped_records,
+            sampled_records: j.sampled_records,
         }),
         csv: s.csv.as_ref().map(|c| proto::CsvStructure {
             delimiter: c.delimiter.to_string(),

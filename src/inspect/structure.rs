@@ -16,6 +16,9 @@ use crate::offload::preview::{count_of, group};
 /// Largest single record (JSON element or NDJSON line) that is parsed for
 /// fields; larger ones are counted but not described.
 pub const MAX_RECORD_BYTES: usize = 16 << 20;
+/// Records parsed for their fields; later records are counted and checked
+/// structurally, not parsed, so Inspect's cost stays near a plain scan.
+pub const SAMPLED_RECORDS: u64 = 10_000;
 /// Field paths tracked; later new paths are counted as "more".
 const MAX_FIELDS: usize = 256;
 /// Nesting depth of field paths.
@@ -55,6 +58,9 @@ pub struct JsonStructure {
     pub more_fields: u64,
     /// Records too large to describe, or NDJSON lines that were not JSON.
     pub skipped_records: u64,
+    /// Records parsed for `fields` (the first [`SAMPLED_RECORDS`]);
+    /// presence counts are out of this many.
+    pub sampled_records: u64,
     /// First NDJSON line that was not JSON.
     pub first_bad_line: Option<u64>,
 }
@@ -417,6 +423,9 @@ struct JsonWalker {
     element: Vec<u8>,
     element_start: u64,
     capturing: bool,
+    /// Whether the current element's bytes are kept for parsing.
+    keep: bool,
+    sampled: u64,
     oversized: bool,
     /// Object: the last top-level key, and whether a key is expected next.
     key: Vec<u8>,
@@ -443,6 +452,8 @@ impl JsonWalker {
             element: Vec::new(),
             element_start: 0,
             capturing: false,
+            keep: false,
+            sampled: 0,
             oversized: false,
             key: Vec::new(),
             in_key: false,
@@ -480,7 +491,7 @@ impl JsonWalker {
             return;
         }
         // Capture bytes of the current element (strings included).
-        if self.capturing {
+        if self.capturing && self.keep {
             if self.element.len() < MAX_RECORD_BYTES {
                 self.element.push(b);
             } else {
@@ -542,7 +553,9 @@ impl JsonWalker {
                 } else if self.depth == 0 {
                     if self.capturing {
                         // A scalar element ended by the closing bracket.
-                        self.element.pop();
+                        if self.keep {
+                            self.element.pop();
+                        }
                         self.end_element();
                     }
                     self.closed = true;
@@ -550,7 +563,9 @@ impl JsonWalker {
             }
             b',' if self.depth == 1 => {
                 if self.capturing {
-                    self.element.pop();
+                    if self.keep {
+                        self.element.pop();
+                    }
                     self.end_element();
                 }
                 self.expect_key = self.top == Some(b'{');
@@ -568,9 +583,12 @@ impl JsonWalker {
 
     fn begin_element(&mut self, first: u8, at: u64) {
         self.capturing = true;
+        self.keep = self.sampled < SAMPLED_RECORDS;
         self.oversized = false;
         self.element.clear();
-        self.element.push(first);
+        if self.keep {
+            self.element.push(first);
+        }
         self.element_start = at;
     }
 
@@ -581,10 +599,14 @@ impl JsonWalker {
             Some(b'{') => self.pending_key.take().unwrap_or_default(),
             _ => String::new(),
         };
+        if !self.keep {
+            return;
+        }
         if self.oversized {
             self.skipped += 1;
             return;
         }
+        self.sampled += 1;
         let trimmed = trim_ascii(&self.element);
         match serde_json::from_slice::<serde_json::Value>(trimmed) {
             Ok(v) => {
@@ -624,6 +646,7 @@ impl JsonWalker {
             fields,
             more_fields,
             skipped_records: self.skipped,
+            sampled_records: self.sampled,
             first_bad_line: None,
         })
         .map(|mut j| {
@@ -667,6 +690,7 @@ struct NdjsonStats {
     line_number: u64,
     oversized: bool,
     records: u64,
+    sampled: u64,
     bad: u64,
     first_bad: Option<u64>,
     fields: Fields,
@@ -684,6 +708,13 @@ impl NdjsonStats {
     }
 
     fn push(&mut self, part: &[u8]) {
+        if self.sampled >= SAMPLED_RECORDS {
+            // Past the sample only whether the line is blank matters.
+            if self.line.is_empty() && part.iter().any(|b| !b.is_ascii_whitespace()) {
+                self.line.push(b'x');
+            }
+            return;
+        }
         if self.line.len() + part.len() > MAX_RECORD_BYTES {
             self.oversized = true;
         } else {
@@ -694,12 +725,17 @@ impl NdjsonStats {
     fn end_line(&mut self) {
         self.line_number += 1;
         let text = trim_ascii(&self.line);
-        if self.oversized {
+        if self.sampled >= SAMPLED_RECORDS {
+            if !text.is_empty() {
+                self.records += 1;
+            }
+        } else if self.oversized {
             self.records += 1;
         } else if !text.is_empty() {
             match serde_json::from_slice::<serde_json::Value>(text) {
                 Ok(v) => {
                     self.records += 1;
+                    self.sampled += 1;
                     self.fields.record(&v, "");
                 }
                 Err(_) => {
@@ -723,6 +759,7 @@ impl NdjsonStats {
             fields,
             more_fields,
             skipped_records: self.bad,
+            sampled_records: self.sampled,
             first_bad_line: self.first_bad,
         }
     }
@@ -747,7 +784,7 @@ fn summarize(s: &Structure, kind: Kind) -> String {
         };
         out.push_str(&records);
         if !j.fields.is_empty() {
-            let denominator = j.record_count.max(1);
+            let denominator = j.sampled_records.max(1);
             let listed: Vec<String> = j
                 .fields
                 .iter()
@@ -761,7 +798,16 @@ fn summarize(s: &Structure, kind: Kind) -> String {
                     format!("{} ({}{pct})", f.path, f.types.join("|"))
                 })
                 .collect();
-            let _ = write!(out, "; fields {}", listed.join(", "));
+            if j.sampled_records < j.record_count && j.top_level != "object" {
+                let _ = write!(
+                    out,
+                    "; fields (from the first {}) {}",
+                    count_of(j.sampled_records, "record"),
+                    listed.join(", ")
+                );
+            } else {
+                let _ = write!(out, "; fields {}", listed.join(", "));
+            }
             let more = (j.fields.len() - listed.len()) as u64 + j.more_fields;
             if more > 0 {
                 let _ = write!(out, " … and {more} more");
@@ -890,6 +936,31 @@ mod tests {
         assert_eq!(field(&s, "labels[].name").types, vec!["string"]);
         assert!(s.summary.starts_with("JSON array of 100 elements; fields id (int, 100%), user (object, 100%), user.login (string, 100%)"), "{}", s.summary);
         assert!(s.summary.contains("labels[] (array, 75%)"), "{}", s.summary);
+    }
+
+    #[test]
+    fn fields_come_from_a_bounded_sample_while_every_record_is_counted() {
+        let n = SAMPLED_RECORDS + 500;
+        let json = format!(
+            "[{}]",
+            (0..n)
+                .map(|i| format!("{{\"i\":{i}}}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        let s = inspect(json.as_bytes(), "");
+        let j = s.json.as_ref().unwrap();
+        assert_eq!((j.record_count, j.sampled_records), (n, SAMPLED_RECORDS));
+        assert_eq!(field(&s, "i").present_count, SAMPLED_RECORDS);
+        assert!(
+            s.summary
+                .contains("fields (from the first 10 000 records) i (int, 100%)"),
+            "{}",
+            s.summary
+        );
+        let nd: String = (0..n).map(|i| format!("{{\"i\":{i}}}\n")).collect();
+        let j = inspect(nd.as_bytes(), "").json.unwrap();
+        assert_eq!((j.record_count, j.sampled_records), (n, SAMPLED_RECORDS));
     }
 
     #[test]

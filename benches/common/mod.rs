@@ -1,0 +1,128 @@
+//! Shared by the benches: an in-process server on loopback with one bench
+//! token, clients for it, and small timing helpers.
+
+#![allow(dead_code)]
+
+use std::time::Instant;
+
+use spillway::config::{Config, TokenConfig};
+use spillway::proto::{payloads_client::PayloadsClient, sessions_client::SessionsClient};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+pub type Auth = fn(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status>;
+pub type Svc = InterceptedService<Channel, Auth>;
+
+fn auth(mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+    req.metadata_mut()
+        .insert("authorization", "Bearer bench".parse().unwrap());
+    Ok(req)
+}
+
+pub struct BenchServer {
+    pub dir: tempfile::TempDir,
+    pub sessions: SessionsClient<Svc>,
+    pub payloads: PayloadsClient<Svc>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    handle: Option<tokio::task::JoinHandle<Result<(), spillway::server::ServerError>>>,
+}
+
+impl BenchServer {
+    /// Starts a server whose data dir is under `SPILLWAY_BENCH_DIR` (default
+    /// `target`), so raw-disk references run on the same file system.
+    pub async fn start(adjust: impl FnOnce(&mut Config)) -> Self {
+        let dir = tempfile::tempdir_in(
+            std::env::var("SPILLWAY_BENCH_DIR").unwrap_or_else(|_| "target".into()),
+        )
+        .unwrap();
+        let mut config = Config {
+            data_dir: dir.path().join("data"),
+            ..Config::default()
+        };
+        config.auth.tokens = vec![TokenConfig {
+            token: Some("bench".into()),
+            token_sha256: None,
+            principal: "bench".into(),
+            tenant: "bench".into(),
+            roles: vec![spillway::auth::Role::Agent],
+        }];
+        adjust(&mut config);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let handle = tokio::spawn(spillway::server::run(config, listener, async {
+            let _ = stopped.await;
+        }));
+        let channel = loop {
+            if let Ok(c) = Channel::from_shared(format!("http://{addr}"))
+                .unwrap()
+                .connect()
+                .await
+            {
+                break c;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        };
+        let a: Auth = auth;
+        Self {
+            dir,
+            sessions: SessionsClient::with_interceptor(channel.clone(), a),
+            payloads: PayloadsClient::with_interceptor(channel, a)
+                .max_decoding_message_size(256 << 20)
+                .max_encoding_message_size(256 << 20),
+            stop: Some(stop),
+            handle: Some(handle),
+        }
+    }
+
+    pub async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        self.handle.take().unwrap().await.unwrap().unwrap();
+    }
+}
+
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+/// Runs `f` `rounds` times and returns the median seconds.
+pub async fn time_async<F, Fut>(rounds: usize, mut f: F) -> f64
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut v = Vec::new();
+    for _ in 0..rounds {
+        let t = Instant::now();
+        f().await;
+        v.push(t.elapsed().as_secs_f64());
+    }
+    median(v)
+}
+
+pub fn time_sync(rounds: usize, mut f: impl FnMut()) -> f64 {
+    let mut v = Vec::new();
+    for _ in 0..rounds {
+        let t = Instant::now();
+        f();
+        v.push(t.elapsed().as_secs_f64());
+    }
+    median(v)
+}
+
+pub fn rounds() -> usize {
+    std::env::var("SPILLWAY_BENCH_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3)
+}
+
+pub fn machine() -> String {
+    format!(
+        "{} cores",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    )
+}
