@@ -72,6 +72,26 @@ impl tonic::service::Interceptor for Bearer {
 
 pub type Svc = InterceptedService<Channel, Bearer>;
 
+/// True once the server reports SERVING on `grpc.health.v1`: the store is
+/// open and the dev token written. (A TCP connect can succeed earlier, as
+/// soon as the socket listens.)
+pub async fn serving(addr: SocketAddr) -> bool {
+    use tonic_health::pb::{
+        HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
+    };
+    let Ok(channel) = Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+    else {
+        return false;
+    };
+    matches!(
+        HealthClient::new(channel).check(HealthCheckRequest { service: String::new() }).await,
+        Ok(r) if r.get_ref().status == ServingStatus::Serving as i32
+    )
+}
+
 /// Client constructors shared by every kind of test server.
 pub trait Connect {
     fn addr(&self) -> SocketAddr;
@@ -152,12 +172,7 @@ impl TestServer {
     async fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
-            if Channel::from_shared(format!("http://{}", self.addr))
-                .unwrap()
-                .connect()
-                .await
-                .is_ok()
-            {
+            if serving(self.addr).await {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -341,12 +356,7 @@ impl ProcessServer {
                     std::fs::read_to_string(&server.log).unwrap_or_default()
                 );
             }
-            if Channel::from_shared(format!("http://{addr}"))
-                .unwrap()
-                .connect()
-                .await
-                .is_ok()
-            {
+            if serving(addr).await {
                 return server;
             }
             assert!(Instant::now() < deadline, "server did not start");
