@@ -155,8 +155,9 @@ impl Preview {
             }
             let _ = write!(out, "{}", marker(*omitted, path, payload_id));
             out.push('\n');
-            out.push_str(tail);
-            if self.kind.is_json() {
+            out.push_str(tail.strip_suffix('\n').unwrap_or(tail));
+            // NDJSON cut at line boundaries is still valid line by line.
+            if matches!(self.kind, Kind::JsonArray | Kind::JsonObject) {
                 out.push_str("\n(Cut excerpt: not valid JSON on its own.)");
             }
         }
