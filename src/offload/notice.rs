@@ -177,3 +177,109 @@ mod tests {
         assert!(tokens < 600, "{tokens} tokens:\n{n}");
     }
 }
+
+/// Notices as the model reads them, for review: `tests/fixtures/notices.txt`
+/// holds the expected text, so any change to the wording shows up in a diff.
+/// Regenerate with `SPILLWAY_UPDATE_FIXTURES=1 cargo test --lib notices_match`.
+#[cfg(test)]
+mod fixture {
+    use super::*;
+    use crate::offload::preview::{Style, build};
+
+    fn sample(
+        name: &str,
+        content: &[u8],
+        content_type: &str,
+        facts: NoticeFacts<'_>,
+        why: Why,
+        style: Style,
+    ) -> String {
+        let preview =
+            build(content, content_type, style, None).render(facts.path, facts.payload_id);
+        format!("===== {name}\n{}\n", render(&facts, why, &preview))
+    }
+
+    #[test]
+    fn notices_match_the_reviewed_fixture() {
+        let prs = format!(
+            "[{}]",
+            (0..900)
+                .map(|i| format!(
+                    "{{\"id\":{i},\"title\":\"Fix flaky test {i}\",\"state\":\"open\"}}"
+                ))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        let log: String = (0..3000)
+            .map(|i| format!("2026-11-30T10:00:00Z INFO request {i} served in 12 ms\n"))
+            .collect();
+        let trace: String = (0..500)
+            .map(|i| format!("  File \"app.py\", line {i}, in handler\n"))
+            .collect();
+        let id = "pl_0123456789abcdef0123456789abcdef";
+        let mut out = String::new();
+        out += &sample(
+            "per-call, JSON array, structured",
+            prs.as_bytes(),
+            "application/json",
+            NoticeFacts {
+                tool_name: "github_list_prs",
+                tool_call_id: "call_7",
+                is_error: false,
+                payload_id: id,
+                path: "/payloads/github_list_prs-call_7.json",
+                size: prs.len() as u64,
+                lines: 1,
+                tokens: ((prs.len() as u64).div_ceil(4), false),
+                content_type: "application/json",
+            },
+            Why::PerCall(6000),
+            Style::Structured,
+        );
+        out += &sample(
+            "aggregate, log text, lines",
+            log.as_bytes(),
+            "text/plain",
+            NoticeFacts {
+                tool_name: "fetch_logs",
+                tool_call_id: "call_2",
+                is_error: false,
+                payload_id: id,
+                path: "/payloads/fetch_logs-call_2.txt",
+                size: log.len() as u64,
+                lines: 3000,
+                tokens: (4200, false),
+                content_type: "text/plain",
+            },
+            Why::Aggregate(10_000),
+            Style::Lines,
+        );
+        out += &sample(
+            "error result, edges",
+            trace.as_bytes(),
+            "",
+            NoticeFacts {
+                tool_name: "run_tests",
+                tool_call_id: "",
+                is_error: true,
+                payload_id: id,
+                path: "/payloads/run_tests.txt",
+                size: trace.len() as u64,
+                lines: 500,
+                tokens: (6100, true),
+                content_type: "text/plain; charset=utf-8",
+            },
+            Why::PerCall(6000),
+            Style::Edges,
+        );
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/notices.txt");
+        if std::env::var_os("SPILLWAY_UPDATE_FIXTURES").is_some() {
+            std::fs::write(path, &out).unwrap();
+        }
+        let expected = std::fs::read_to_string(path).expect("tests/fixtures/notices.txt exists");
+        assert_eq!(
+            out, expected,
+            "notice text changed; review it, then regenerate the fixture"
+        );
+    }
+}

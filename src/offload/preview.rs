@@ -285,9 +285,9 @@ fn structure_line(content: &[u8], text: &str, kind: Kind) -> String {
     }
     let _ = write!(
         s,
-        "; {} lines, {} chars.",
-        group(lines),
-        group(count_chars(text))
+        "; {}, {}.",
+        count_of(lines, "line"),
+        count_of(count_chars(text), "char")
     );
     s
 }
