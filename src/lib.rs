@@ -18,6 +18,8 @@
 //! - [`inspect`]: content-type detection and bounded JSON scanning.
 //! - [`offload`]: token estimates, the per-turn offload decision, previews and
 //!   notices.
+//! - [`context`]: history repair, budgets, microcompaction, recall keys and
+//!   the chat-history JSON adapters.
 //! - [`api`]: the tonic services; the only code that sees prost types.
 //! - [`cli`]: the client subcommands of the `spillway` binary.
 //! - [`proto`]: the generated `spillway.v1` types.
@@ -27,6 +29,7 @@ pub mod auth;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod context;
 pub mod error;
 pub mod ids;
 pub mod inspect;
