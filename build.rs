@@ -10,6 +10,7 @@ const PROTOS: &[&str] = &[
     "proto/spillway/v1/common.proto",
     "proto/spillway/v1/sessions.proto",
     "proto/spillway/v1/payloads.proto",
+    "proto/spillway/v1/context.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -27,6 +28,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .compile_well_known_types(true)
         .extern_path(".google.protobuf", "::pbjson_types")
         .compile_fds(fds)?;
+
+    // The contract names a service `Context`; tonic's generated server code
+    // also says `Context<'_>` meaning `std::task::Context`, which the service
+    // trait would shadow. Spell that one out.
+    let generated = out_dir.join("spillway.v1.rs");
+    let code = std::fs::read_to_string(&generated)?;
+    std::fs::write(
+        &generated,
+        code.replace("_cx: &mut Context<'_>", "_cx: &mut std::task::Context<'_>"),
+    )?;
 
     let descriptors = std::fs::read(&descriptor_path)?;
     pbjson_build::Builder::new()

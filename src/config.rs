@@ -140,6 +140,7 @@ pub struct Limits {
     pub max_request_message_bytes: usize,
     /// Largest Offload request (default 64 MiB): a whole turn of tool
     /// results arrives in one message. Larger turns get `RESOURCE_EXHAUSTED`.
+    /// Context requests and replies (whole histories) share this limit.
     pub max_offload_request_bytes: usize,
     /// Largest single gRPC message the server sends (default 8 MiB).
     pub max_response_message_bytes: usize,

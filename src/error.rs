@@ -43,6 +43,10 @@ pub enum ApiError {
         /// The ID.
         id: String,
     },
+    /// Something addressed by content, not ID, does not exist (for example a
+    /// recall key); the message says why it may be gone.
+    #[error("{0}")]
+    Missing(String),
     /// A server-side limit was hit.
     #[error("{0}")]
     Limit(String),
@@ -86,7 +90,7 @@ fn code_of(e: &ApiError) -> Code {
             Code::PermissionDenied
         }
         ApiError::Id(_) | ApiError::BadRequest(_) => Code::InvalidArgument,
-        ApiError::Hidden { .. } => Code::NotFound,
+        ApiError::Hidden { .. } | ApiError::Missing(_) => Code::NotFound,
         ApiError::Limit(_) => Code::ResourceExhausted,
         ApiError::Internal(_) => Code::Internal,
         ApiError::Offload(OffloadError::Invalid(_)) => Code::InvalidArgument,

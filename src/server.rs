@@ -13,12 +13,17 @@ use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::service::interceptor::InterceptedService;
 
-use crate::api::{AppState, Authenticator, payloads::PayloadsService, sessions::SessionsService};
+use crate::api::{
+    AppState, Authenticator, context::ContextService, payloads::PayloadsService,
+    sessions::SessionsService,
+};
 use crate::auth::TokenTable;
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::error::map_decode_status;
-use crate::proto::{payloads_server::PayloadsServer, sessions_server::SessionsServer};
+use crate::proto::{
+    context_server::ContextServer, payloads_server::PayloadsServer, sessions_server::SessionsServer,
+};
 use crate::store::{Store, StoreError, StoreSettings};
 
 /// HTTP/2 receive window of one stream. Large bodies (an Offload turn, an
@@ -122,6 +127,20 @@ pub async fn run_with_clock(
         )
         .max_encoding_message_size(limits.max_response_message_bytes);
 
+    // Histories are large: Context takes and returns messages up to the
+    // Offload limit.
+    let context = ContextServer::new(ContextService::new(state.clone()))
+        .max_decoding_message_size(
+            limits
+                .max_offload_request_bytes
+                .max(limits.max_request_message_bytes),
+        )
+        .max_encoding_message_size(
+            limits
+                .max_offload_request_bytes
+                .max(limits.max_response_message_bytes),
+        );
+
     let (health_reporter, health) = tonic_health::server::health_reporter();
     health_reporter
         .set_serving::<SessionsServer<SessionsService>>()
@@ -178,7 +197,8 @@ pub async fn run_with_clock(
         .add_service(health)
         .add_service(InterceptedService::new(reflection, auth.clone()))
         .add_service(InterceptedService::new(sessions, auth.clone()))
-        .add_service(InterceptedService::new(payloads, auth))
+        .add_service(InterceptedService::new(payloads, auth.clone()))
+        .add_service(InterceptedService::new(context, auth))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal);
     tokio::pin!(serve);
 

@@ -3,6 +3,7 @@
 //! blocking pool, converts records to messages, and turns errors into
 //! statuses through [`crate::error`].
 
+pub mod context;
 mod convert;
 pub mod payloads;
 pub mod sessions;

@@ -39,6 +39,12 @@ pub enum Rpc {
     Inspect,
     /// Payloads/Search.
     Search,
+    /// Context/RepairHistory.
+    RepairHistory,
+    /// Context/CompactHistory.
+    CompactHistory,
+    /// Context/Recall.
+    Recall,
 }
 
 /// What a call does to its target session.
@@ -89,6 +95,9 @@ pub const TABLE: &[Rule] = &[
     rule(Rpc::DeletePayload, "spillway.v1.Payloads/DeletePayload", &[Agent, Admin, Compliance], U::Manage),
     rule(Rpc::Inspect, "spillway.v1.Payloads/Inspect", &[Agent, Admin, Compliance], U::Content),
     rule(Rpc::Search, "spillway.v1.Payloads/Search", &[Agent, Admin, Compliance], U::Content),
+    rule(Rpc::RepairHistory, "spillway.v1.Context/RepairHistory", &[Agent, Admin], U::None),
+    rule(Rpc::CompactHistory, "spillway.v1.Context/CompactHistory", &[Agent, Admin], U::Write),
+    rule(Rpc::Recall, "spillway.v1.Context/Recall", &[Agent, Admin, Compliance], U::Content),
 ];
 
 const fn rule(rpc: Rpc, method: &'static str, roles: &'static [Role], session: SessionUse) -> Rule {

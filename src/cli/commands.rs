@@ -11,8 +11,11 @@ use tonic::transport::Channel;
 
 use super::client::{Bearer, ClientSettings, connect};
 use super::output;
-use super::{Cli, Command, SessionCommand};
-use crate::proto::{self, payloads_client::PayloadsClient, sessions_client::SessionsClient};
+use super::{Cli, Command, ContextCommand, HistoryFormat, SessionCommand};
+use crate::proto::{
+    self, context_client::ContextClient, payloads_client::PayloadsClient,
+    sessions_client::SessionsClient,
+};
 
 /// Bytes per upload chunk: well under the server's 4 MiB message limit.
 const UPLOAD_CHUNK: usize = 1 << 20;
@@ -22,6 +25,7 @@ type Svc = InterceptedService<Channel, Bearer>;
 struct Clients {
     sessions: SessionsClient<Svc>,
     payloads: PayloadsClient<Svc>,
+    context: ContextClient<Svc>,
 }
 
 /// Runs a client subcommand against the server.
@@ -35,6 +39,9 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
     let (channel, bearer) = connect(&settings).await?;
     let mut c = Clients {
         sessions: SessionsClient::with_interceptor(channel.clone(), bearer.clone()),
+        context: ContextClient::with_interceptor(channel.clone(), bearer.clone())
+            .max_decoding_message_size(256 << 20)
+            .max_encoding_message_size(256 << 20),
         payloads: PayloadsClient::with_interceptor(channel, bearer)
             .max_decoding_message_size(64 << 20),
     };
@@ -42,6 +49,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(_) => unreachable!("serve is handled by main"),
         Command::Session(cmd) => session(&mut c, cmd, json).await,
+        Command::Context(cmd) => context(&mut c, cmd, json).await,
         Command::Upload {
             session,
             file,
@@ -282,6 +290,93 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 .await?
                 .into_inner();
             output::show(json, &r, output::receipt)
+        }
+    }
+}
+
+async fn context(c: &mut Clients, cmd: ContextCommand, json: bool) -> anyhow::Result<()> {
+    use crate::api::context::{messages_from_proto, messages_to_proto};
+    use crate::context::adapters::{self, Format};
+    let fmt = |f: HistoryFormat| match f {
+        HistoryFormat::Openai => Format::OpenAi,
+        HistoryFormat::Anthropic => Format::Anthropic,
+    };
+    let load = |file: &std::path::Path, format: Format| -> anyhow::Result<adapters::History> {
+        let text = std::fs::read_to_string(file)
+            .with_context(|| format!("cannot read {}", file.display()))?;
+        let value: serde_json::Value = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not JSON", file.display()))?;
+        Ok(adapters::import(value, format)?)
+    };
+    let save = |mut history: adapters::History,
+                messages: Vec<proto::Message>,
+                format: Format|
+     -> anyhow::Result<()> {
+        history.messages = messages_from_proto(messages)?;
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&adapters::export(&history, format))?
+        );
+        Ok(())
+    };
+    match cmd {
+        ContextCommand::Repair { format, file } => {
+            let format = fmt(format);
+            let history = load(&file, format)?;
+            let reply = c
+                .context
+                .repair_history(proto::RepairHistoryRequest {
+                    messages: messages_to_proto(history.messages.clone()),
+                })
+                .await?
+                .into_inner();
+            eprintln!(
+                "{}",
+                serde_json::to_string(&reply.report.unwrap_or_default())?
+            );
+            save(history, reply.messages, format)
+        }
+        ContextCommand::Compact {
+            format,
+            session,
+            current_turn,
+            file,
+        } => {
+            let format = fmt(format);
+            let history = load(&file, format)?;
+            let reply = c
+                .context
+                .compact_history(proto::CompactHistoryRequest {
+                    session_id: session,
+                    messages: messages_to_proto(history.messages.clone()),
+                    current_turn,
+                    settings: None,
+                })
+                .await?
+                .into_inner();
+            eprintln!(
+                "{}",
+                serde_json::to_string(
+                    &serde_json::json!({ "compact": reply.report.unwrap_or_default(), "repair": reply.repair.unwrap_or_default() })
+                )?
+            );
+            save(history, reply.messages, format)
+        }
+        ContextCommand::Recall { session, key } => {
+            let r = c
+                .context
+                .recall(proto::RecallRequest {
+                    session_id: session,
+                    key,
+                })
+                .await?
+                .into_inner();
+            if json {
+                return output::json(&r);
+            }
+            std::io::stdout().write_all(r.content.as_bytes())?;
+            eprintln!("-- archived as {}", r.payload_id);
+            Ok(())
         }
     }
 }

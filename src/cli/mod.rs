@@ -117,6 +117,9 @@ pub enum Command {
         #[arg(short = 'm', long, default_value_t = 0)]
         max_matches: u32,
     },
+    /// History hygiene for OpenAI or Anthropic chat histories.
+    #[command(subcommand)]
+    Context(ContextCommand),
     /// Show a payload's metadata.
     Stat {
         /// Payload ID.
@@ -175,6 +178,50 @@ pub struct ServeArgs {
     /// Metadata engine, redb or sled (overrides the file and env).
     #[arg(long, value_parser = ["redb", "sled"])]
     pub engine: Option<String>,
+}
+
+/// A chat-history JSON format.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum HistoryFormat {
+    /// OpenAI Chat Completions messages.
+    Openai,
+    /// Anthropic Messages.
+    Anthropic,
+}
+
+/// `spillway context …`.
+#[derive(Debug, Subcommand)]
+pub enum ContextCommand {
+    /// Repair tool_use/tool_result pairing; the history goes to stdout, the report to stderr.
+    Repair {
+        /// The history's format.
+        #[arg(long, value_enum)]
+        format: HistoryFormat,
+        /// The history file (an array of messages, or an object with "messages").
+        file: PathBuf,
+    },
+    /// Repair, apply result budgets and compact old results; originals are archived in the session.
+    Compact {
+        /// The history's format.
+        #[arg(long, value_enum)]
+        format: HistoryFormat,
+        /// Session that keeps the archived originals.
+        #[arg(long)]
+        session: String,
+        /// Current turn (counts assistant messages; default: the last).
+        #[arg(long, default_value_t = 0)]
+        current_turn: u32,
+        /// The history file.
+        file: PathBuf,
+    },
+    /// Print an archived original by its <<ccr:KEY>> key.
+    Recall {
+        /// Session of the archive.
+        #[arg(long)]
+        session: String,
+        /// The key (16 hex digits, or the whole marker).
+        key: String,
+    },
 }
 
 /// `spillway session …`.

@@ -649,6 +649,16 @@ impl Store {
             );
     }
 
+    /// A live payload of the session whose SHA-256 (hex) starts with
+    /// `sha_prefix`: how a recall key finds its archive.
+    pub fn find_content(
+        &self,
+        session: &SessionId,
+        sha_prefix: &str,
+    ) -> Result<Option<PayloadRecord>> {
+        self.stored_copy(session, sha_prefix)
+    }
+
     /// A live payload of the session holding exactly these bytes.
     fn stored_copy(&self, session: &SessionId, sha256: &str) -> Result<Option<PayloadRecord>> {
         let prefix = keys::content_prefix(session, sha256);
@@ -656,7 +666,9 @@ impl Store {
             .engine
             .scan_prefix(Tree::ContentIndex, &prefix, None, 8)?
         {
-            let id = PayloadId::parse(&String::from_utf8_lossy(&key[prefix.len()..]))
+            // The key ends with the payload ID; the prefix may be a partial hash.
+            let tail = &key[key.len().saturating_sub(PayloadId::PREFIX.len() + 32)..];
+            let id = PayloadId::parse(&String::from_utf8_lossy(tail))
                 .map_err(|e| StoreError::Invalid(e.to_string()))?;
             if let Some(p) = self.payload_opt(&id)?
                 && !p.missing

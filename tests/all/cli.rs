@@ -146,6 +146,76 @@ async fn dev_mode_tour_create_upload_read_delete_with_discovered_token() {
     );
     assert!(out.contains("JSON array of 3 000 records"), "{out}");
 
+    // History hygiene on an OpenAI file: repair, then compact and recall.
+    let history = dir.path().join("history.json");
+    let big = "func f() { x := 1 }\n".repeat(400);
+    let mut msgs = vec![serde_json::json!({"role": "user", "content": "go"})];
+    for t in 1..=5 {
+        msgs.push(serde_json::json!({"role": "assistant", "content": null, "tool_calls": [{"id": format!("c{t}"), "type": "function", "function": {"name": "read_file", "arguments": "{}"}}]}));
+        if t != 3 {
+            msgs.push(serde_json::json!({"role": "tool", "tool_call_id": format!("c{t}"), "content": format!("{t}{big}")}));
+        }
+    }
+    std::fs::write(
+        &history,
+        serde_json::to_string(&serde_json::json!({"model": "m", "messages": msgs})).unwrap(),
+    )
+    .unwrap();
+    let out = cli(
+        &server,
+        &data_dir,
+        &[
+            "context",
+            "repair",
+            "--format",
+            "openai",
+            history.to_str().unwrap(),
+        ],
+    );
+    let stdout = ok(out.clone());
+    let repaired: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(repaired["model"], "m");
+    assert!(
+        repaired["messages"][6]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("[Tool result missing")
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("\"missingToolUseIds\":[\"c3\"]"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let compacted: serde_json::Value = serde_json::from_str(&ok(cli(
+        &server,
+        &data_dir,
+        &[
+            "context",
+            "compact",
+            "--format",
+            "openai",
+            "--session",
+            &session,
+            history.to_str().unwrap(),
+        ],
+    )))
+    .unwrap();
+    let stub = compacted["messages"][2]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        stub.starts_with("[Old tool result cleared — 400 lines"),
+        "{stub}"
+    );
+    let key = &stub[stub.find("<<ccr:").unwrap()..];
+    let recalled = ok(cli(
+        &server,
+        &data_dir,
+        &["context", "recall", "--session", &session, key],
+    ));
+    assert_eq!(recalled, format!("1{big}"));
+
     ok(cli(&server, &data_dir, &["session", "rm", &session]));
 }
 

@@ -3,6 +3,7 @@
 
 mod cli;
 mod common;
+mod context;
 mod crash;
 mod inspect;
 mod offload;

@@ -1,0 +1,324 @@
+//! `spillway.v1.Context`: RepairHistory, CompactHistory, Recall.
+
+use tonic::{Request, Response, Status};
+use tracing::instrument;
+
+use super::{AppState, blocking, principal};
+use crate::auth::access::{self, Rpc};
+use crate::context::compact::{self, Archive, ArchiveInfo, CompactSettings};
+use crate::context::model::{self, Block, Message, Role};
+use crate::context::repair::{self, RepairReport};
+use crate::error::ApiError;
+use crate::ids::SessionId;
+use crate::proto::{self, block, context_server::Context};
+use crate::store::read::ReadSpec;
+use crate::store::{Store, StoreError, UploadMeta};
+
+/// Most messages in one history.
+const MAX_MESSAGES: usize = 100_000;
+
+/// The Context service.
+#[derive(Debug, Clone)]
+pub struct ContextService {
+    state: AppState,
+}
+
+impl ContextService {
+    /// Wraps the shared state.
+    pub fn new(state: AppState) -> Self {
+        Self { state }
+    }
+}
+
+/// Archives originals as payloads of the session, found again by recall key.
+struct StoreArchive<'a> {
+    store: &'a Store,
+    session: &'a SessionId,
+}
+
+impl Archive for StoreArchive<'_> {
+    type Error = StoreError;
+
+    fn find(&mut self, key: &str) -> Result<Option<ArchiveInfo>, StoreError> {
+        let Some(p) = self.store.find_content(self.session, key)? else {
+            return Ok(None);
+        };
+        let head = self.store.read(
+            &p,
+            ReadSpec::Bytes {
+                offset: 0,
+                length: 16 * 1024,
+            },
+            16 * 1024,
+        )?;
+        Ok(Some(ArchiveInfo {
+            key: key.to_owned(),
+            lines: p.line_count,
+            chars: p.chars,
+            kind: crate::inspect::detect::detect(&head.data, "").to_string(),
+        }))
+    }
+
+    fn store(
+        &mut self,
+        key: &str,
+        content: &str,
+        tool_name: &str,
+    ) -> Result<ArchiveInfo, StoreError> {
+        let mut upload = self.store.begin_upload(
+            self.session,
+            UploadMeta {
+                name: format!("ccr-{key}.txt"),
+                content_type: "text/plain; charset=utf-8".into(),
+                tool_name: tool_name.to_owned(),
+                ..Default::default()
+            },
+        )?;
+        upload.write(content.as_bytes())?;
+        upload.finish()?;
+        Ok(compact::describe(key, content))
+    }
+}
+
+/// Messages from the wire, validated.
+pub fn messages_from_proto(messages: Vec<proto::Message>) -> Result<Vec<Message>, ApiError> {
+    if messages.len() > MAX_MESSAGES {
+        return Err(ApiError::BadRequest(format!(
+            "{} messages; at most {MAX_MESSAGES} are allowed",
+            messages.len()
+        )));
+    }
+    messages
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let role = match proto::Role::try_from(m.role) {
+                Ok(proto::Role::System) => Role::System,
+                Ok(proto::Role::User) => Role::User,
+                Ok(proto::Role::Assistant) => Role::Assistant,
+                Ok(proto::Role::Tool) => Role::Tool,
+                _ => return Err(ApiError::BadRequest(format!("messages[{i}].role is not set; use ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT or ROLE_TOOL"))),
+            };
+            let blocks = m
+                .blocks
+                .into_iter()
+                .enumerate()
+                .map(|(j, b)| match b.block {
+                    Some(block::Block::Text(t)) => Ok(Block::Text(t)),
+                    Some(block::Block::ToolUse(u)) => Ok(Block::ToolUse(model::ToolUse { id: u.id, name: u.name, input_json: u.input_json })),
+                    Some(block::Block::ToolResult(r)) => Ok(Block::ToolResult(model::ToolResult {
+                        tool_use_id: r.tool_use_id,
+                        content: r.content,
+                        is_error: r.is_error,
+                        error_code: r.error_code,
+                        tool_name: r.tool_name,
+                    })),
+                    None => Err(ApiError::BadRequest(format!("messages[{i}].blocks[{j}] is empty; set text, tool_use or tool_result"))),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(Message { role, blocks })
+        })
+        .collect()
+}
+
+/// Messages for the wire.
+pub fn messages_to_proto(messages: Vec<Message>) -> Vec<proto::Message> {
+    messages
+        .into_iter()
+        .map(|m| proto::Message {
+            role: match m.role {
+                Role::System => proto::Role::System,
+                Role::User => proto::Role::User,
+                Role::Assistant => proto::Role::Assistant,
+                Role::Tool => proto::Role::Tool,
+            } as i32,
+            blocks: m
+                .blocks
+                .into_iter()
+                .map(|b| proto::Block {
+                    block: Some(match b {
+                        Block::Text(t) => block::Block::Text(t),
+                        Block::ToolUse(u) => block::Block::ToolUse(proto::ToolUseBlock {
+                            id: u.id,
+                            name: u.name,
+                            input_json: u.input_json,
+                        }),
+                        Block::ToolResult(r) => block::Block::ToolResult(proto::ToolResultBlock {
+                            tool_use_id: r.tool_use_id,
+                            content: r.content,
+                            is_error: r.is_error,
+                            error_code: r.error_code,
+                            tool_name: r.tool_name,
+                        }),
+                    }),
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+fn repair_report(r: RepairReport) -> proto::RepairReport {
+    proto::RepairReport {
+        synthetic_results_injected: r.synthetic_results_injected,
+        orphan_results_removed: r.orphan_results_removed,
+        duplicate_tool_uses_pruned: r.duplicate_tool_uses_pruned,
+        results_relocated: r.results_relocated,
+        missing_tool_use_ids: r.missing_tool_use_ids,
+        orphan_tool_result_ids: r.orphan_tool_result_ids,
+    }
+}
+
+fn settings(s: Option<proto::CompactSettings>) -> Result<CompactSettings, ApiError> {
+    let d = CompactSettings::default();
+    let Some(s) = s else { return Ok(d) };
+    let out = CompactSettings {
+        per_result_chars: s.per_result_chars.unwrap_or(d.per_result_chars),
+        per_turn_chars: s.per_turn_chars.unwrap_or(d.per_turn_chars),
+        truncate_age: s.truncate_age.unwrap_or(d.truncate_age),
+        clear_age: s.clear_age.unwrap_or(d.clear_age),
+        min_chars: s.min_chars.unwrap_or(d.min_chars),
+        exempt_tools: if s.exempt_tools.is_empty() {
+            d.exempt_tools
+        } else {
+            s.exempt_tools
+                .iter()
+                .map(|t| t.to_ascii_lowercase())
+                .collect()
+        },
+    };
+    // A budget below a preview's own size could never be met.
+    if out.per_result_chars < 6000 || out.per_turn_chars < out.per_result_chars {
+        return Err(ApiError::BadRequest(format!(
+            "settings.per_result_chars must be at least 6000 and settings.per_turn_chars at least per_result_chars; got {} and {}",
+            out.per_result_chars, out.per_turn_chars
+        )));
+    }
+    if out.truncate_age == 0 || out.clear_age < out.truncate_age {
+        return Err(ApiError::BadRequest(
+            "settings.truncate_age must be at least 1 and clear_age at least truncate_age".into(),
+        ));
+    }
+    Ok(out)
+}
+
+#[tonic::async_trait]
+impl Context for ContextService {
+    #[instrument(name = "context.repair", skip_all, err(level = "info"))]
+    async fn repair_history(
+        &self,
+        req: Request<proto::RepairHistoryRequest>,
+    ) -> Result<Response<proto::RepairHistoryResponse>, Status> {
+        let p = principal(&req)?;
+        access::authorize(&p, Rpc::RepairHistory)?;
+        let messages = messages_from_proto(req.into_inner().messages)?;
+        let (messages, report) =
+            blocking(move || Ok::<_, ApiError>(repair::repair(messages))).await?;
+        Ok(Response::new(proto::RepairHistoryResponse {
+            messages: messages_to_proto(messages),
+            report: Some(repair_report(report)),
+        }))
+    }
+
+    #[instrument(
+        name = "context.compact",
+        skip_all,
+        fields(session_id),
+        err(level = "info")
+    )]
+    async fn compact_history(
+        &self,
+        req: Request<proto::CompactHistoryRequest>,
+    ) -> Result<Response<proto::CompactHistoryResponse>, Status> {
+        let p = principal(&req)?;
+        let r = req.into_inner();
+        let session = self
+            .state
+            .session_for(&p, Rpc::CompactHistory, &r.session_id)
+            .await?;
+        tracing::Span::current().record("session_id", tracing::field::display(&session.id));
+        let settings = settings(r.settings)?;
+        let messages = messages_from_proto(r.messages)?;
+        let current_turn = if r.current_turn == 0 {
+            messages
+                .iter()
+                .filter(|m| m.role == Role::Assistant)
+                .count() as u32
+        } else {
+            r.current_turn
+        };
+        let store = self.state.store.clone();
+        let (messages, repaired, report) = blocking(move || {
+            let mut archive = StoreArchive {
+                store: &store,
+                session: &session.id,
+            };
+            compact::compact(messages, current_turn, &settings, &mut archive)
+        })
+        .await?;
+        tracing::info!(
+            archived = report.archived_keys.len(),
+            chars_saved = report.chars_saved,
+            "history compacted"
+        );
+        Ok(Response::new(proto::CompactHistoryResponse {
+            messages: messages_to_proto(messages),
+            report: Some(proto::CompactReport {
+                truncated: report.truncated,
+                summarized: report.summarized,
+                budget_offloaded: report.budget_offloaded,
+                chars_saved: report.chars_saved,
+                archived_keys: report.archived_keys,
+            }),
+            repair: Some(repair_report(repaired)),
+        }))
+    }
+
+    #[instrument(name = "context.recall", skip_all, err(level = "info"))]
+    async fn recall(
+        &self,
+        req: Request<proto::RecallRequest>,
+    ) -> Result<Response<proto::RecallResponse>, Status> {
+        let p = principal(&req)?;
+        let r = req.into_inner();
+        let session = self
+            .state
+            .session_for(&p, Rpc::Recall, &r.session_id)
+            .await?;
+        let key = r
+            .key
+            .trim()
+            .trim_start_matches("<<ccr:")
+            .trim_end_matches(">>")
+            .to_ascii_lowercase();
+        if key.len() != 16 || !key.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(ApiError::BadRequest(format!(
+                "key {:?} is not a recall key: give the 16 hex digits of a <<ccr:KEY>> marker",
+                r.key.chars().take(40).collect::<String>()
+            ))
+            .into());
+        }
+        let limit = self.state.config.limits.read_max_bytes;
+        let store = self.state.store.clone();
+        let sid = session.id.clone();
+        let found = blocking(move || -> Result<_, ApiError> {
+            let Some(p) = store.find_content(&sid, &key)? else {
+                return Err(ApiError::Missing(format!(
+                    "no archived result <<ccr:{key}>> in session {sid}; archives live and die with their session, so it was never archived here or has been deleted"
+                )));
+            };
+            if p.size > limit {
+                return Err(ApiError::Limit(format!(
+                    "the archived result is {} bytes, over limits.read_max_bytes ({limit}); Read payload {} in ranges, or Search it",
+                    p.size, p.id
+                )));
+            }
+            let out = store.read(&p, ReadSpec::Bytes { offset: 0, length: p.size.max(1) }, p.size.max(1))?;
+            Ok((p.id.to_string(), String::from_utf8_lossy(&out.data).into_owned()))
+        })
+        .await?;
+        Ok(Response::new(proto::RecallResponse {
+            content: found.1,
+            payload_id: found.0,
+        }))
+    }
+}
