@@ -38,6 +38,7 @@ bench: ## Benchmarks with ratios against raw disk, serde_json and ripgrep (see b
 	@command -v rg >/dev/null || (apt-get update -qq && apt-get install -y -qq ripgrep)
 	$(CARGO) bench --locked --bench io_throughput
 	$(CARGO) bench --locked --bench offload_inspect_search
+	$(CARGO) bench --locked --bench compact_history
 
 clean: ## Remove build output and the local dev data
 	$(CARGO) clean

@@ -13,7 +13,7 @@ use tonic::transport::Channel;
 pub type Auth = fn(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status>;
 pub type Svc = InterceptedService<Channel, Auth>;
 
-fn auth(mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+pub fn auth(mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
     req.metadata_mut()
         .insert("authorization", "Bearer bench".parse().unwrap());
     Ok(req)
@@ -21,6 +21,7 @@ fn auth(mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status
 
 pub struct BenchServer {
     pub dir: tempfile::TempDir,
+    pub channel: Channel,
     pub sessions: SessionsClient<Svc>,
     pub payloads: PayloadsClient<Svc>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -66,6 +67,7 @@ impl BenchServer {
         let a: Auth = auth;
         Self {
             dir,
+            channel: channel.clone(),
             sessions: SessionsClient::with_interceptor(channel.clone(), a),
             payloads: PayloadsClient::with_interceptor(channel, a)
                 .max_decoding_message_size(256 << 20)
