@@ -18,8 +18,8 @@ use crate::auth::{Principal, TokenTable};
 use crate::config::Config;
 use crate::error::{ApiError, ApiResult};
 use crate::ids::SessionId;
-use crate::store::Store;
 use crate::store::records::{PayloadRecord, SessionRecord};
+use crate::store::{Store, StoreError};
 
 /// What every service shares.
 #[derive(Debug, Clone)]
@@ -56,7 +56,12 @@ impl AppState {
         }
         let id = SessionId::parse(raw_id)?;
         let store = self.store.clone();
-        let session = blocking(move || store.session(&id)).await?;
+        let session = match blocking(move || store.session(&id)).await {
+            Err(ApiError::Store(StoreError::NotFound { .. })) => {
+                return Err(self.gone(principal, "session", raw_id).await);
+            }
+            other => other?,
+        };
         check_session(principal, rpc, &session, "session", raw_id)?;
         Ok(session)
     }
@@ -74,14 +79,46 @@ impl AppState {
         }
         let id = crate::ids::PayloadId::parse(raw_id)?;
         let store = self.store.clone();
-        let (session, payload) = blocking(move || {
+        let found = blocking(move || {
             let p = store.payload(&id)?;
             let s = store.session(&p.session_id)?;
-            Ok::<_, crate::store::StoreError>((s, p))
+            Ok::<_, StoreError>((s, p))
         })
-        .await?;
+        .await;
+        let (session, payload) = match found {
+            Err(ApiError::Store(StoreError::NotFound { .. })) => {
+                return Err(self.gone(principal, "payload", raw_id).await);
+            }
+            other => other?,
+        };
         check_session(principal, rpc, &session, "payload", raw_id)?;
         Ok((session, payload))
+    }
+}
+
+impl AppState {
+    /// The error for an unknown ID: when the ID was deleted within the
+    /// caller's tenant, say so with its receipt; otherwise a plain not-found.
+    async fn gone(&self, principal: &Principal, kind: &'static str, raw_id: &str) -> ApiError {
+        let store = self.store.clone();
+        let target = raw_id.to_owned();
+        match blocking(move || store.deletion_receipt(&target)).await {
+            Ok(Some(r)) if r.tenant == principal.tenant => {
+                let reason = if r.reason.is_empty() {
+                    String::new()
+                } else {
+                    format!(", reason {:?}", r.reason)
+                };
+                ApiError::Missing(format!(
+                    "{kind} {raw_id} was deleted by {} (receipt {}{reason}); its data, derived payloads and archived results are gone and cannot be recalled",
+                    r.requested_by, r.id
+                ))
+            }
+            _ => ApiError::Hidden {
+                kind,
+                id: raw_id.to_owned(),
+            },
+        }
     }
 }
 

@@ -30,11 +30,13 @@ pub enum Tree {
     /// `session_id sha256(hex) payload_id` → empty; finds stored copies of
     /// the same bytes (deduplication), and counts their references.
     ContentIndex,
+    /// `session_id` or `payload_id` → the receipt of its deletion.
+    DeletedTargets,
 }
 
 impl Tree {
     /// Every tree, in a fixed order.
-    pub const ALL: [Tree; 10] = [
+    pub const ALL: [Tree; 11] = [
         Tree::Meta,
         Tree::Sessions,
         Tree::TenantSessions,
@@ -45,6 +47,7 @@ impl Tree {
         Tree::Expiry,
         Tree::Receipts,
         Tree::ContentIndex,
+        Tree::DeletedTargets,
     ];
 
     /// The tree's name inside the engine.
@@ -60,6 +63,7 @@ impl Tree {
             Tree::Expiry => "expiry.v1",
             Tree::Receipts => "receipts.v1",
             Tree::ContentIndex => "content_index.v1",
+            Tree::DeletedTargets => "deleted_targets.v1",
         }
     }
 

@@ -427,7 +427,11 @@ impl Store {
                 Tree::Receipts,
                 receipt.id.as_str(),
                 records::encode(&receipt),
-            );
+            )
+            .put(Tree::DeletedTargets, id.as_str(), receipt.id.as_str());
+        for pid in &receipt.deleted_payload_ids {
+            b.put(Tree::DeletedTargets, pid.as_str(), receipt.id.as_str());
+        }
         self.engine.commit(&b)?;
         self.structure_cache()
             .retain(|(session, _), _| session != id);
@@ -603,7 +607,8 @@ impl Store {
                 Tree::Receipts,
                 receipt.id.as_str(),
                 records::encode(&receipt),
-            );
+            )
+            .put(Tree::DeletedTargets, p.id.as_str(), receipt.id.as_str());
         self.engine.commit(&b)?;
         let dir = self.blobs.session_dir(&p.session_id)?;
         match dir.remove_file(&p.name) {
@@ -614,6 +619,18 @@ impl Store {
             }
         }
         Ok(receipt)
+    }
+
+    /// The receipt of a deleted session or payload, if it was deleted.
+    pub fn deletion_receipt(&self, target: &str) -> Result<Option<ReceiptRecord>> {
+        match self.engine.get(Tree::DeletedTargets, target.as_bytes())? {
+            Some(raw) => {
+                let id = ReceiptId::parse(&String::from_utf8_lossy(&raw))
+                    .map_err(|e| StoreError::Invalid(e.to_string()))?;
+                Ok(Some(self.receipt(&id)?))
+            }
+            None => Ok(None),
+        }
     }
 
     /// Reads a receipt.

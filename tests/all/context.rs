@@ -251,4 +251,10 @@ async fn a_12_turn_history_compacts_losslessly_idempotently_and_dies_with_its_se
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::NotFound);
+    assert!(
+        err.message()
+            .contains("was deleted by alice (receipt rcpt_"),
+        "{}",
+        err.message()
+    );
 }

@@ -401,15 +401,29 @@ async fn delete_payload_returns_a_receipt_and_removes_file_and_metadata() {
     assert_eq!(receipt.deleted_payload_ids, vec![stored.id.clone()]);
     assert_eq!(receipt.content_sha256, vec![stored.sha256.clone()]);
     assert_eq!(receipt.bytes_deleted, 3);
-    assert_eq!(
-        p.stat(proto::PayloadRequest {
-            payload_id: stored.id.clone()
+    let err = p
+        .stat(proto::PayloadRequest {
+            payload_id: stored.id.clone(),
         })
         .await
-        .unwrap_err()
-        .code(),
-        Code::NotFound
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+    assert!(
+        err.message().contains(&receipt.id),
+        "the error names the receipt: {}",
+        err.message()
     );
+    // Another tenant learns nothing from it.
+    let err = server
+        .payloads(MALLORY)
+        .await
+        .stat(proto::PayloadRequest {
+            payload_id: stored.id.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+    assert!(!err.message().contains("deleted"), "{}", err.message());
     assert!(session_files(&server.data_dir(), &session.id).is_empty());
     let s = server
         .sessions(ALICE)
