@@ -535,7 +535,7 @@ fn search_session(
     ceiling: u32,
     timeout: std::time::Duration,
 ) -> Result<proto::SearchResponse, ApiError> {
-    use crate::inspect::search::{Stop, search_reader};
+    use crate::inspect::search::{Stop, search_file};
     let mut payloads = Vec::new();
     if ids.is_empty() {
         let mut token = String::new();
@@ -568,11 +568,20 @@ fn search_session(
             skipped_missing.push(p.id.to_string());
             continue;
         }
-        let file = std::io::BufReader::with_capacity(256 * 1024, store.open_payload(p)?);
+        if std::time::Instant::now() >= deadline {
+            reply.truncated = true;
+            reply.note = format!(
+                "stopped at the {} s search time limit (limits.search_timeout) before {}; narrow the pattern or name fewer payloads",
+                timeout.as_secs_f32(),
+                p.id
+            );
+            break;
+        }
+        let file = store.open_payload(p)?.into_std();
         let mut hits = Vec::new();
-        let (stop, seen) = search_reader(
+        let (stop, seen) = search_file(
             compiled,
-            file,
+            &file,
             max_matches - reply.matches.len(),
             deadline,
             &mut hits,

@@ -92,6 +92,41 @@ pub enum Stop {
     Binary,
 }
 
+/// Searches a payload file through a read-only memory map, appending hits
+/// until `budget` hits have been taken. The deadline is checked at each
+/// match; a payload's scan itself is linear in its size.
+pub fn search_file(
+    c: &Compiled,
+    file: &std::fs::File,
+    budget: usize,
+    deadline: Instant,
+    hits: &mut Vec<Hit>,
+) -> Result<(Stop, u64), SearchError> {
+    let mut searcher = SearcherBuilder::new()
+        .line_number(true)
+        .before_context(c.context)
+        .after_context(c.context)
+        .binary_detection(BinaryDetection::quit(0))
+        // SAFETY: payload files are written once, renamed into place and
+        // never modified or truncated afterwards (deletion only unlinks, which
+        // leaves an existing mapping valid), so the mapped bytes cannot
+        // change under the searcher.
+        .memory_map(unsafe { grep_searcher::MmapChoice::auto() })
+        .build();
+    let mut sink = Collector {
+        hits,
+        budget,
+        seen: 0,
+        pending_before: Vec::new(),
+        capped: false,
+        binary: false,
+        deadline: Some(deadline),
+        timed_out: false,
+    };
+    searcher.search_file(&c.matcher, file, &mut sink)?;
+    Ok((sink.stop(), sink.seen))
+}
+
 /// Searches `reader`, appending hits until `budget` hits have been taken.
 /// Returns how the search ended and how many matches it saw.
 pub fn search_reader<R: Read>(
@@ -114,6 +149,8 @@ pub fn search_reader<R: Read>(
         pending_before: Vec::new(),
         capped: false,
         binary: false,
+        deadline: None,
+        timed_out: false,
     };
     let reader = DeadlineReader {
         inner: reader,
@@ -124,14 +161,7 @@ pub fn search_reader<R: Read>(
         Err(e) if e.kind() == io::ErrorKind::TimedOut => return Ok((Stop::Deadline, sink.seen)),
         Err(e) => return Err(e.into()),
     }
-    let stop = if sink.capped {
-        Stop::Cap
-    } else if sink.binary {
-        Stop::Binary
-    } else {
-        Stop::Done
-    };
-    Ok((stop, sink.seen))
+    Ok((sink.stop(), sink.seen))
 }
 
 struct Collector<'a> {
@@ -141,6 +171,23 @@ struct Collector<'a> {
     pending_before: Vec<String>,
     capped: bool,
     binary: bool,
+    /// Checked at each match when the reader cannot be interrupted.
+    deadline: Option<Instant>,
+    timed_out: bool,
+}
+
+impl Collector<'_> {
+    fn stop(&self) -> Stop {
+        if self.capped {
+            Stop::Cap
+        } else if self.timed_out {
+            Stop::Deadline
+        } else if self.binary {
+            Stop::Binary
+        } else {
+            Stop::Done
+        }
+    }
 }
 
 impl Sink for Collector<'_> {
@@ -156,6 +203,10 @@ impl Sink for Collector<'_> {
             self.seen += 1;
             if self.hits.len() >= self.budget {
                 self.capped = true;
+                return Ok(false);
+            }
+            if self.deadline.is_some_and(|d| Instant::now() >= d) {
+                self.timed_out = true;
                 return Ok(false);
             }
             self.hits.push(Hit {
