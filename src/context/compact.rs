@@ -107,6 +107,22 @@ pub fn find_marker(content: &str) -> Option<&str> {
     .then_some(key)
 }
 
+/// The recall key of text this module produced (a budget preview, a
+/// truncation or a cleared stub), and only of such text. A tool result that
+/// merely quotes a marker is an original in its own right and is archived
+/// under its own key.
+pub fn stub_key(content: &str) -> Option<&str> {
+    let key = find_marker(content)?;
+    if content.matches("<<ccr:").count() != 1 {
+        return None;
+    }
+    let ours = (content.starts_with("[Old tool result cleared — ") && content.ends_with(">>"))
+        || (content.contains(" chars omitted from old tool result ...]\n")
+            && content.ends_with(">>"))
+        || content.contains(" chars omitted — the whole result is archived; recall it with <<ccr:");
+    ours.then_some(key)
+}
+
 fn chars(s: &str) -> u64 {
     bytecount::num_chars(s.as_bytes()) as u64
 }
@@ -170,7 +186,7 @@ fn original<A: Archive>(
     archive: &mut A,
     report: &mut CompactReport,
 ) -> Result<ArchiveInfo, A::Error> {
-    if let Some(key) = find_marker(content)
+    if let Some(key) = stub_key(content)
         && let Some(info) = archive.find(key)?
     {
         return Ok(info);
@@ -200,7 +216,7 @@ fn reduce_to_preview(content: &str, key: &str) -> String {
 }
 
 fn strip_marker(content: &str) -> String {
-    match find_marker(content) {
+    match stub_key(content) {
         Some(key) => content.replace(&marker(key), ""),
         None => content.to_owned(),
     }
@@ -244,7 +260,7 @@ fn budgets<A: Archive>(
             reduced[k] = true;
             let (mi, bi, _, tool) = &positions[turn_start + k];
             let content = content_mut(messages, *mi, *bi).clone();
-            if find_marker(&content).is_some() && sizes[k] <= 5200 {
+            if stub_key(&content).is_some() && sizes[k] <= 5200 {
                 continue; // already a budget preview
             }
             let info = original(&content, tool, archive, report)?;
@@ -278,7 +294,7 @@ fn microcompact<A: Archive>(
             continue;
         }
         let content = content_mut(messages, mi, bi).clone();
-        let existing = find_marker(&content).map(str::to_owned);
+        let existing = stub_key(&content).map(str::to_owned);
         // The size rule applies to the original, which a marker stands for.
         let original_chars = match &existing {
             Some(key) => archive.find(key)?.map_or(chars(&content), |i| i.chars),
@@ -506,6 +522,33 @@ mod tests {
             "the largest (b) was reduced"
         );
         assert!(!content(&out, 1).contains("<<ccr:"));
+    }
+
+    #[test]
+    fn a_result_that_quotes_a_marker_is_archived_under_its_own_key() {
+        let mut archive = MemArchive::default();
+        let other = "unrelated original".to_owned();
+        let other_key = recall_key(&other);
+        archive.0.insert(other_key.clone(), other);
+        let quoting = format!(
+            "{}\nlog says: [Old tool result cleared — 3 lines, 9 chars, text] <<ccr:{other_key}>>\n",
+            go_source(200)
+        );
+        let (out, _, report) = compact(
+            turn("t1", "read_file", quoting.clone()),
+            5,
+            &CompactSettings::default(),
+            &mut archive,
+        )
+        .unwrap();
+        let stub = content(&out, 1);
+        let key = find_marker(stub).unwrap();
+        assert_ne!(key, other_key, "the quoted marker is not trusted");
+        assert_eq!(
+            archive.0[key], quoting,
+            "the quoting result itself is archived"
+        );
+        assert_eq!(report.archived_keys, vec![key.to_owned()]);
     }
 
     #[test]

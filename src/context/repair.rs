@@ -2,6 +2,8 @@
 //! message, never one global ID map, because some providers reuse IDs every
 //! turn.
 
+use std::collections::{HashMap, HashSet, VecDeque};
+
 use super::model::{Block, Message, Role, ToolResult};
 
 /// The exact text of a synthetic result for a call that got none.
@@ -41,53 +43,77 @@ pub fn needs_repair(messages: &[Message]) -> bool {
     let mut i = 0;
     while i < messages.len() {
         let m = &messages[i];
-        if m.has_calls() {
-            let mut n_calls = 0usize;
-            for (k, u) in m.tool_uses().enumerate() {
-                if u.id.is_empty() || m.tool_uses().take(k).any(|p| p.id == u.id) {
-                    return true;
-                }
-                n_calls += 1;
-            }
-            // The run of result-carrying messages right after it.
-            let mut j = i + 1;
-            let mut n_results = 0usize;
-            while j < messages.len()
-                && messages[j].role != Role::Assistant
-                && messages[j].has_results()
-            {
-                for r in messages[j].tool_results() {
-                    let matches = m.tool_uses().filter(|u| u.id == r.tool_use_id).count();
-                    if matches != 1 {
-                        return true;
-                    }
-                    n_results += 1;
-                }
-                j += 1;
-            }
-            if n_results != n_calls {
-                return true;
-            }
-            // Each call answered once: counts equal and every result names a
-            // distinct call (a repeat would leave a call unanswered).
-            for u in m.tool_uses() {
-                let answers: usize = messages[i + 1..j]
-                    .iter()
-                    .map(|x| x.tool_results().filter(|r| r.tool_use_id == u.id).count())
-                    .sum();
-                if answers != 1 {
-                    return true;
-                }
-            }
-            i = j;
-        } else {
+        if !m.has_calls() {
             if m.has_results() {
                 return true; // a result with no call right before it
             }
             i += 1;
+            continue;
         }
+        // The run of result-carrying messages right after it.
+        let mut j = i + 1;
+        while j < messages.len() && messages[j].role != Role::Assistant && messages[j].has_results()
+        {
+            j += 1;
+        }
+        let run = &messages[i + 1..j];
+        let ok = if m.tool_uses().nth(SMALL).is_none() {
+            pairs_exactly_small(m, run)
+        } else {
+            pairs_exactly_large(m, run)
+        };
+        if !ok {
+            return true;
+        }
+        i = j;
     }
     false
+}
+
+/// Calls per message up to which the check compares pairwise (and so
+/// allocates nothing); larger messages are checked with a hash map.
+const SMALL: usize = 32;
+
+fn pairs_exactly_small(m: &Message, run: &[Message]) -> bool {
+    let mut n_calls = 0usize;
+    for (k, u) in m.tool_uses().enumerate() {
+        if u.id.is_empty() || m.tool_uses().take(k).any(|p| p.id == u.id) {
+            return false;
+        }
+        n_calls += 1;
+    }
+    let mut n_results = 0usize;
+    for r in run.iter().flat_map(Message::tool_results) {
+        if !m.tool_uses().any(|u| u.id == r.tool_use_id) {
+            return false;
+        }
+        n_results += 1;
+    }
+    // Equal counts, and each call answered once.
+    n_results == n_calls
+        && m.tool_uses().all(|u| {
+            run.iter()
+                .flat_map(Message::tool_results)
+                .filter(|r| r.tool_use_id == u.id)
+                .count()
+                == 1
+        })
+}
+
+fn pairs_exactly_large(m: &Message, run: &[Message]) -> bool {
+    let mut answers: HashMap<&str, u32> = HashMap::new();
+    for u in m.tool_uses() {
+        if u.id.is_empty() || answers.insert(u.id.as_str(), 0).is_some() {
+            return false;
+        }
+    }
+    for r in run.iter().flat_map(Message::tool_results) {
+        match answers.get_mut(r.tool_use_id.as_str()) {
+            Some(n) if *n == 0 => *n = 1,
+            _ => return false,
+        }
+    }
+    answers.values().all(|&n| n == 1)
 }
 
 /// Repairs the pairing. A history that needs no repair comes back as it was.
@@ -114,15 +140,11 @@ pub fn repair(messages: Vec<Message>) -> (Vec<Message>, RepairReport) {
             continue;
         }
         // Rule 5: drop empty IDs and repeats within this message.
-        let mut seen: Vec<String> = Vec::new();
+        let mut seen: HashSet<String> = HashSet::new();
         m.blocks.retain(|b| match b {
-            Block::ToolUse(u) if u.id.is_empty() || seen.contains(&u.id) => {
+            Block::ToolUse(u) if u.id.is_empty() || !seen.insert(u.id.clone()) => {
                 report.duplicate_tool_uses_pruned += 1;
                 false
-            }
-            Block::ToolUse(u) => {
-                seen.push(u.id.clone());
-                true
             }
             _ => true,
         });
@@ -138,31 +160,42 @@ pub fn repair(messages: Vec<Message>) -> (Vec<Message>, RepairReport) {
         let run_end = (i + 1..end)
             .find(|&j| !messages[j].as_ref().is_some_and(Message::has_results))
             .unwrap_or(end);
+        // Every result of the stretch, by ID, in order of appearance.
+        let mut index: HashMap<String, VecDeque<(usize, usize)>> = HashMap::new();
+        for (j, slot) in messages.iter().enumerate().take(end).skip(i + 1) {
+            if let Some(msg) = slot {
+                for (bi, b) in msg.blocks.iter().enumerate() {
+                    if let Block::ToolResult(r) = b {
+                        index
+                            .entry(r.tool_use_id.clone())
+                            .or_default()
+                            .push_back((j, bi));
+                    }
+                }
+            }
+        }
         // Rules 2 and 3: claim the first unclaimed matching result, in call order.
         let calls: Vec<(String, String)> = m
             .tool_uses()
             .map(|u| (u.id.clone(), u.name.clone()))
             .collect();
+        let mut claimed_at: HashSet<(usize, usize)> = HashSet::new();
         let mut results = Vec::with_capacity(calls.len());
         for (id, name) in &calls {
-            let mut claimed = None;
-            'search: for (j, slot) in messages.iter_mut().enumerate().take(end).skip(i + 1) {
-                let Some(msg) = slot.as_mut() else { continue };
-                if let Some(pos) = msg
-                    .blocks
-                    .iter()
-                    .position(|b| matches!(b, Block::ToolResult(r) if r.tool_use_id == *id))
-                {
-                    let Block::ToolResult(r) = msg.blocks.remove(pos) else {
-                        unreachable!("matched a result")
-                    };
+            let claimed = index
+                .get_mut(id)
+                .and_then(VecDeque::pop_front)
+                .map(|(j, bi)| {
                     if j >= run_end {
                         report.results_relocated += 1;
                     }
-                    claimed = Some(r);
-                    break 'search;
-                }
-            }
+                    claimed_at.insert((j, bi));
+                    let msg = messages[j].as_mut().expect("indexed messages are present");
+                    match std::mem::replace(&mut msg.blocks[bi], Block::Text(String::new())) {
+                        Block::ToolResult(r) => r,
+                        _ => unreachable!("indexed blocks are results"),
+                    }
+                });
             let r = claimed.unwrap_or_else(|| {
                 // Rule 4: a synthetic error result.
                 report.synthetic_results_injected += 1;
@@ -179,6 +212,17 @@ pub fn repair(messages: Vec<Message>) -> (Vec<Message>, RepairReport) {
                 role: Role::Tool,
                 blocks: vec![Block::ToolResult(r)],
             });
+        }
+        // Drop the placeholders left where claimed results were.
+        for (j, slot) in messages.iter_mut().enumerate().take(end).skip(i + 1) {
+            if let Some(msg) = slot {
+                let mut bi = 0;
+                msg.blocks.retain(|_| {
+                    let keep = !claimed_at.contains(&(j, bi));
+                    bi += 1;
+                    keep
+                });
+            }
         }
         out.push(m);
         out.extend(results);
@@ -398,6 +442,22 @@ mod tests {
         ]);
         assert_eq!(ids(&out), ["A[a]", "R:a=1"]);
         assert_eq!(report.orphan_tool_result_ids, vec!["a"]);
+    }
+
+    #[test]
+    fn a_message_with_thousands_of_calls_is_checked_and_repaired() {
+        let n = 20_000;
+        let names: Vec<String> = (0..n).map(|i| format!("c{i}")).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let mut h = vec![assistant(&refs)];
+        for id in refs.iter().rev() {
+            h.push(result(id, "ok"));
+        }
+        assert!(!needs_repair(&h));
+        h.remove(1); // one call loses its result
+        let (out, report) = repair(h);
+        assert_eq!(out.len(), n + 1);
+        assert_eq!(report.synthetic_results_injected, 1);
     }
 
     #[test]
