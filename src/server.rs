@@ -125,7 +125,11 @@ pub async fn run_with_clock(
                 .max_offload_request_bytes
                 .max(limits.max_request_message_bytes),
         )
-        .max_encoding_message_size(limits.max_response_message_bytes);
+        // An Offload reply carries the turn's inline results and notices:
+        // bounded by the request plus the previews.
+        .max_encoding_message_size(
+            limits.max_offload_request_bytes + limits.max_response_message_bytes,
+        );
 
     // Histories are large: Context takes and returns messages up to the
     // Offload limit.

@@ -103,7 +103,18 @@ impl AppState {
         let store = self.store.clone();
         let target = raw_id.to_owned();
         match blocking(move || store.deletion_receipt(&target)).await {
-            Ok(Some(r)) if r.tenant == principal.tenant => {
+            // Only those who could see the session learn that it existed.
+            Ok(Some(r))
+                if access::can_see(
+                    principal,
+                    SessionOwnership {
+                        tenant: &r.tenant,
+                        owner: &r.owner,
+                        share_with: &r.share_with,
+                        compliance_can_read: false,
+                    },
+                ) =>
+            {
                 let reason = if r.reason.is_empty() {
                     String::new()
                 } else {

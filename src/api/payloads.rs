@@ -476,6 +476,12 @@ impl Payloads for PayloadsService {
             .state
             .payload_for(&p, Rpc::Download, &req.get_ref().payload_id)
             .await?;
+        if !self.state.config.policy.allow_download {
+            return Err(ApiError::Denied(
+                "downloads are disabled by policy (allow_download = false); use Read for ranges, Search, or Inspect instead".into(),
+            )
+            .into());
+        }
         let store = self.state.store.clone();
         let record = payload.clone();
         let mut file = blocking(move || store.open_payload(&record)).await?;
@@ -560,6 +566,7 @@ fn search_session(
         }
     }
     let deadline = std::time::Instant::now() + timeout;
+    let mut bytes_left = crate::inspect::search::MAX_REPLY_BYTES;
     let mut reply = proto::SearchResponse::default();
     let mut skipped_binary = Vec::new();
     let mut skipped_missing = Vec::new();
@@ -583,6 +590,7 @@ fn search_session(
             compiled,
             &file,
             max_matches - reply.matches.len(),
+            &mut bytes_left,
             deadline,
             &mut hits,
         )
@@ -604,6 +612,14 @@ fn search_session(
                 reply.note = format!(
                     "stopped at max_matches ({max_matches}); narrow the pattern, name fewer payloads, or raise max_matches (ceiling {})",
                     ceiling
+                );
+                break;
+            }
+            Stop::Bytes => {
+                reply.truncated = true;
+                reply.note = format!(
+                    "stopped at {} MiB of matched lines, the most one reply carries; narrow the pattern, lower context_lines, or Read line ranges around the matches",
+                    crate::inspect::search::MAX_REPLY_BYTES >> 20
                 );
                 break;
             }

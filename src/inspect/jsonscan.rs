@@ -11,6 +11,17 @@ const SAMPLE_RECORDS: usize = 3;
 const MAX_SAMPLE_BYTES: usize = 256 * 1024;
 /// Most keys reported.
 const MAX_KEYS: usize = 24;
+/// Chars kept of each reported key.
+const MAX_KEY_CHARS: usize = 64;
+
+fn cut_key(k: &str) -> String {
+    if k.chars().count() <= MAX_KEY_CHARS {
+        return k.to_owned();
+    }
+    let mut out: String = k.chars().take(MAX_KEY_CHARS).collect();
+    out.push('…');
+    out
+}
 
 /// The top-level shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,7 +89,7 @@ pub fn scan(content: &[u8], limit: usize) -> Option<JsonShape> {
                     if shape.keys.len() < MAX_KEYS
                         && let Ok(k) = serde_json::from_slice::<String>(&bytes[string_start..=i])
                     {
-                        shape.keys.push(k);
+                        shape.keys.push(cut_key(&k));
                     }
                     expect_key = false;
                 }
@@ -164,8 +175,9 @@ fn sample(
     *sampled += 1;
     if let Ok(serde_json::Value::Object(map)) = serde_json::from_slice(&bytes[start..end]) {
         for k in map.keys() {
-            if shape.keys.len() < MAX_KEYS && !shape.keys.contains(k) {
-                shape.keys.push(k.clone());
+            let k = cut_key(k);
+            if shape.keys.len() < MAX_KEYS && !shape.keys.contains(&k) {
+                shape.keys.push(k);
             }
         }
     }

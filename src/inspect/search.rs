@@ -13,6 +13,9 @@ use grep_searcher::{
 /// Longest line returned in a match or context; longer lines are cut with a
 /// marker that says how much was left out.
 pub const MAX_LINE_CHARS: usize = 500;
+/// Most bytes of matched and context lines one call returns, so a reply
+/// stays well inside the response message limit.
+pub const MAX_REPLY_BYTES: usize = 4 << 20;
 /// Compiled regex size limit (bytes).
 const REGEX_SIZE_LIMIT: usize = 10 << 20;
 /// Lazy DFA cache limit (bytes).
@@ -86,6 +89,8 @@ pub enum Stop {
     Done,
     /// The match cap was reached; more matches may exist.
     Cap,
+    /// The reply's byte budget was reached; more matches may exist.
+    Bytes,
     /// The deadline passed.
     Deadline,
     /// The content is binary and was skipped.
@@ -99,6 +104,7 @@ pub fn search_file(
     c: &Compiled,
     file: &std::fs::File,
     budget: usize,
+    bytes_left: &mut usize,
     deadline: Instant,
     hits: &mut Vec<Hit>,
 ) -> Result<(Stop, u64), SearchError> {
@@ -122,8 +128,11 @@ pub fn search_file(
         binary: false,
         deadline: Some(deadline),
         timed_out: false,
+        bytes_left: *bytes_left,
+        out_of_bytes: false,
     };
     searcher.search_file(&c.matcher, file, &mut sink)?;
+    *bytes_left = sink.bytes_left;
     Ok((sink.stop(), sink.seen))
 }
 
@@ -133,6 +142,7 @@ pub fn search_reader<R: Read>(
     c: &Compiled,
     reader: R,
     budget: usize,
+    bytes_left: &mut usize,
     deadline: Instant,
     hits: &mut Vec<Hit>,
 ) -> Result<(Stop, u64), SearchError> {
@@ -151,17 +161,20 @@ pub fn search_reader<R: Read>(
         binary: false,
         deadline: None,
         timed_out: false,
+        bytes_left: *bytes_left,
+        out_of_bytes: false,
     };
     let reader = DeadlineReader {
         inner: reader,
         deadline,
     };
-    match searcher.search_reader(&c.matcher, reader, &mut sink) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::TimedOut => return Ok((Stop::Deadline, sink.seen)),
-        Err(e) => return Err(e.into()),
+    let outcome = searcher.search_reader(&c.matcher, reader, &mut sink);
+    *bytes_left = sink.bytes_left;
+    match outcome {
+        Ok(()) => Ok((sink.stop(), sink.seen)),
+        Err(e) if e.kind() == io::ErrorKind::TimedOut => Ok((Stop::Deadline, sink.seen)),
+        Err(e) => Err(e.into()),
     }
-    Ok((sink.stop(), sink.seen))
 }
 
 struct Collector<'a> {
@@ -174,12 +187,17 @@ struct Collector<'a> {
     /// Checked at each match when the reader cannot be interrupted.
     deadline: Option<Instant>,
     timed_out: bool,
+    /// Bytes of lines still allowed in the reply.
+    bytes_left: usize,
+    out_of_bytes: bool,
 }
 
 impl Collector<'_> {
     fn stop(&self) -> Stop {
         if self.capped {
             Stop::Cap
+        } else if self.out_of_bytes {
+            Stop::Bytes
         } else if self.timed_out {
             Stop::Deadline
         } else if self.binary {
@@ -209,10 +227,17 @@ impl Sink for Collector<'_> {
                 self.timed_out = true;
                 return Ok(false);
             }
+            let shown = show_line(line);
+            let size = shown.len() + self.pending_before.iter().map(String::len).sum::<usize>();
+            if size > self.bytes_left {
+                self.out_of_bytes = true;
+                return Ok(false);
+            }
+            self.bytes_left -= size;
             self.hits.push(Hit {
                 line_number: number,
                 byte_offset: offset,
-                line: show_line(line),
+                line: shown,
                 before: std::mem::take(&mut self.pending_before),
                 after: Vec::new(),
             });
@@ -227,6 +252,10 @@ impl Sink for Collector<'_> {
         ctx: &SinkContext<'_>,
     ) -> Result<bool, io::Error> {
         let line = show_line(ctx.bytes());
+        if line.len() > self.bytes_left {
+            return Ok(true); // no room for more context; matches may still fit
+        }
+        self.bytes_left -= line.len();
         match ctx.kind() {
             SinkContextKind::After => {
                 if let Some(last) = self.hits.last_mut() {
@@ -300,6 +329,7 @@ mod tests {
             &c,
             text,
             budget,
+            &mut MAX_REPLY_BYTES.clone(),
             Instant::now() + Duration::from_secs(10),
             &mut hits,
         )
@@ -341,6 +371,25 @@ mod tests {
     }
 
     #[test]
+    fn the_reply_byte_budget_stops_the_search() {
+        let c = compile(&q("x")).unwrap();
+        let text = format!("{}\n", "x".repeat(400)).repeat(100);
+        let mut hits = Vec::new();
+        let mut left = 1000;
+        let (stop, _) = search_reader(
+            &c,
+            text.as_bytes(),
+            1000,
+            &mut left,
+            Instant::now() + Duration::from_secs(10),
+            &mut hits,
+        )
+        .unwrap();
+        assert_eq!((stop, hits.len()), (Stop::Bytes, 2));
+        assert!(left < 400);
+    }
+
+    #[test]
     fn bad_patterns_carry_the_parser_message() {
         let err = compile(&q("(unclosed")).unwrap_err().to_string();
         assert!(
@@ -365,6 +414,7 @@ mod tests {
             &c,
             &b"x\n"[..],
             10,
+            &mut MAX_REPLY_BYTES.clone(),
             Instant::now() - Duration::from_millis(1),
             &mut hits,
         )

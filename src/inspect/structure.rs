@@ -23,6 +23,15 @@ pub const SAMPLED_RECORDS: u64 = 10_000;
 const MAX_FIELDS: usize = 256;
 /// Nesting depth of field paths.
 const MAX_DEPTH: usize = 4;
+/// Longest field path listed, in bytes; longer keys are counted as "more".
+const MAX_PATH_BYTES: usize = 200;
+/// Distinct unlisted paths remembered (for the "and N more" count).
+const MAX_MORE: usize = 4096;
+/// JSON nesting the streaming walker follows; deeper is reported as where
+/// the walker stopped.
+const MAX_NESTING: usize = 512;
+/// Columns listed for CSV/TSV.
+const MAX_COLUMNS: usize = 1000;
 /// Sample lines kept for text.
 const SAMPLE_LINES: usize = 5;
 /// Chars kept of each sample line and example value.
@@ -70,10 +79,15 @@ pub struct JsonStructure {
 pub struct CsvStructure {
     /// `,` or `\t`.
     pub delimiter: char,
-    /// Header fields.
+    /// Header fields (the first 1000, each cut).
     pub columns: Vec<String>,
+    /// How many columns the header has.
+    pub column_count: u64,
     /// Data rows.
     pub row_count: u64,
+    /// True when counting stopped at a record over the record limit (an
+    /// unclosed quote, typically); `row_count` is then a lower bound.
+    pub stopped_at_oversized_record: bool,
 }
 
 /// Text facts.
@@ -204,33 +218,74 @@ impl<R: Read> Read for Tee<'_, R> {
 }
 
 fn csv_structure<R: Read>(r: R, delimiter: u8) -> io::Result<CsvStructure> {
+    // Bytes read since the last complete record: one record (an unclosed
+    // quote, say) may not grow past MAX_RECORD_BYTES.
+    let since_record = std::rc::Rc::new(std::cell::Cell::new(0usize));
+    let guarded = RecordGuard {
+        inner: r,
+        since_record: since_record.clone(),
+    };
     let mut reader = csv::ReaderBuilder::new()
         .delimiter(delimiter)
         .flexible(true)
         .has_headers(true)
-        .from_reader(r);
-    let columns = reader
-        .headers()
-        .map_err(io::Error::other)?
+        .from_reader(guarded);
+    let headers = match reader.headers() {
+        Ok(h) => h.clone(),
+        Err(e) => return Err(io::Error::other(e)),
+    };
+    since_record.set(0);
+    let column_count = headers.len() as u64;
+    let columns = headers
         .iter()
+        .take(MAX_COLUMNS)
         .map(|c| cut(c, SAMPLE_CHARS))
         .collect();
     let mut row_count = 0u64;
     let mut record = csv::ByteRecord::new();
+    let mut oversized = false;
     loop {
         match reader.read_byte_record(&mut record) {
             Ok(true) => row_count += 1,
             Ok(false) => break,
-            // A malformed row still counts; keep going.
-            Err(e) if !matches!(e.kind(), csv::ErrorKind::Io(_)) => row_count += 1,
-            Err(e) => return Err(io::Error::other(e)),
+            Err(e) => match e.kind() {
+                csv::ErrorKind::Io(io) if io.kind() == io::ErrorKind::FileTooLarge => {
+                    oversized = true;
+                    break;
+                }
+                csv::ErrorKind::Io(_) => return Err(io::Error::other(e)),
+                // A malformed row still counts; keep going.
+                _ => row_count += 1,
+            },
         }
+        since_record.set(0);
     }
     Ok(CsvStructure {
         delimiter: delimiter as char,
         columns,
+        column_count,
         row_count,
+        stopped_at_oversized_record: oversized,
     })
+}
+
+struct RecordGuard<R> {
+    inner: R,
+    since_record: std::rc::Rc<std::cell::Cell<usize>>,
+}
+
+impl<R: Read> Read for RecordGuard<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.since_record.get() > MAX_RECORD_BYTES {
+            return Err(io::Error::new(
+                io::ErrorKind::FileTooLarge,
+                "a CSV record is larger than the record limit",
+            ));
+        }
+        let n = self.inner.read(buf)?;
+        self.since_record.set(self.since_record.get() + n);
+        Ok(n)
+    }
 }
 
 /// Line statistics without keeping lines.
@@ -360,8 +415,10 @@ impl Fields {
             _ => path.to_owned(),
         };
         if !self.stats.contains_key(&path) {
-            if self.stats.len() >= MAX_FIELDS {
-                self.more.insert(path);
+            if self.stats.len() >= MAX_FIELDS || path.len() > MAX_PATH_BYTES {
+                if self.more.len() < MAX_MORE {
+                    self.more.insert(path);
+                }
                 return;
             }
             self.order.push(path.clone());
@@ -539,6 +596,9 @@ impl JsonWalker {
                     self.expect_key = b == b'{';
                 } else if self.depth == 1 && !self.capturing {
                     self.begin_element(b, at);
+                }
+                if self.stack.len() >= MAX_NESTING {
+                    return self.fail(at);
                 }
                 self.stack.push(if b == b'[' { b']' } else { b'}' });
                 self.depth += 1;
@@ -844,10 +904,17 @@ fn summarize(s: &Structure, kind: Kind) -> String {
         let _ = write!(
             out,
             "{name} with {} ({}) and {}.",
-            count_of(c.columns.len() as u64, "column"),
+            count_of(c.column_count, "column"),
             cols.join(", "),
             count_of(c.row_count, "data row")
         );
+        if c.stopped_at_oversized_record {
+            let _ = write!(
+                out,
+                " Counting stopped at a record over {} MiB (an unclosed quote?), so there are at least that many rows.",
+                MAX_RECORD_BYTES >> 20
+            );
+        }
     } else if let Some(t) = &s.text {
         let what = if s.invalid_json_at.is_some() {
             Kind::Text
@@ -1043,6 +1110,31 @@ mod tests {
         );
         let s = inspect(b"a\tb\n1\t2\n", "");
         assert_eq!(s.csv.unwrap().delimiter, '\t');
+    }
+
+    #[test]
+    fn hostile_shapes_stay_bounded() {
+        // Deep nesting stops the walker at the nesting limit.
+        let deep = format!("[{}]", "[".repeat(MAX_NESTING + 10));
+        let s = inspect(deep.as_bytes(), "");
+        assert_eq!(s.invalid_json_at, Some(MAX_NESTING as u64));
+        // Thousands of distinct keys: the listed fields and the remembered
+        // overflow stay bounded.
+        let wide = format!(
+            "[{{{}}}]",
+            (0..20_000)
+                .map(|i| format!("\"k{i}\":1"))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        let j = inspect(wide.as_bytes(), "").json.unwrap();
+        assert_eq!(j.fields.len(), MAX_FIELDS);
+        assert_eq!(j.more_fields, MAX_MORE as u64);
+        // An unclosed quote does not become one giant record.
+        let mut csv = b"a,b\n1,\"".to_vec();
+        csv.extend(std::iter::repeat_n(b'x', MAX_RECORD_BYTES + 1_000_000));
+        let c = inspect(&csv, "text/csv").csv.unwrap();
+        assert!(c.stopped_at_oversized_record);
     }
 
     #[test]

@@ -44,6 +44,15 @@ impl fmt::Display for Estimator {
     }
 }
 
+/// Most bytes an exact estimator tokenizes; past this the estimate is the
+/// `bytes / 8` lower bound.
+pub const MAX_TOKENIZED_BYTES: usize = 1 << 20;
+/// Text is tokenized in pieces of at most this many bytes (cut at char
+/// boundaries): BPE cost grows with the square of a piece's length, so an
+/// adversarial run of letters must not become one huge piece. A cut can
+/// split one token in two, so counts may be high by one per piece.
+const TOKENIZE_PIECE: usize = 1024;
+
 /// An estimate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Estimate {
@@ -67,15 +76,25 @@ pub fn chars(content: &[u8]) -> u64 {
 pub fn estimate(content: &[u8], estimator: Estimator, threshold: u64) -> Estimate {
     let exact = |bpe: &tiktoken_rs::CoreBPE| {
         let lower = (content.len() as u64) / 8;
-        if lower >= threshold {
+        if lower >= threshold || content.len() > MAX_TOKENIZED_BYTES {
             return Estimate {
                 tokens: lower,
                 lower_bound: true,
             };
         }
         let text = String::from_utf8_lossy(content);
+        let mut tokens = 0u64;
+        let mut rest: &str = &text;
+        while !rest.is_empty() {
+            let mut cut = rest.len().min(TOKENIZE_PIECE);
+            while !rest.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            tokens += bpe.count_ordinary(&rest[..cut]) as u64;
+            rest = &rest[cut..];
+        }
         Estimate {
-            tokens: bpe.count_ordinary(&text) as u64,
+            tokens,
             lower_bound: false,
         }
     };
@@ -133,6 +152,16 @@ mod tests {
                 lower_bound: true
             }
         );
+    }
+
+    #[test]
+    fn exact_estimates_stay_bounded_on_adversarial_text() {
+        // One 900 KB run of letters is tokenized in bounded pieces.
+        let run = vec![b'q'; 900_000];
+        let e = estimate(&run, Estimator::O200k, u64::MAX);
+        assert!(!e.lower_bound && e.tokens > 0);
+        let huge = vec![b'a'; MAX_TOKENIZED_BYTES + 1];
+        assert!(estimate(&huge, Estimator::Cl100k, u64::MAX).lower_bound);
     }
 
     #[test]

@@ -105,7 +105,11 @@ pub struct Overrides {
 }
 
 /// Largest preview a request may ask for, in chars.
-pub const MAX_PREVIEW_CHARS: u64 = 20_000;
+pub const MAX_PREVIEW_CHARS: u64 = 8_000;
+/// Largest per-call threshold a request may ask for, in tokens.
+pub const MAX_PER_CALL_TOKENS: u64 = 1_000_000;
+/// Largest aggregate threshold a request may ask for, in tokens.
+pub const MAX_AGGREGATE_TOKENS: u64 = 10_000_000;
 
 /// The settings in force for one call.
 #[derive(Debug, Clone, PartialEq)]
@@ -155,6 +159,11 @@ impl Settings {
                 "settings.per_call_tokens and settings.aggregate_tokens must be greater than zero"
                     .into(),
             ));
+        }
+        if per_call_tokens > MAX_PER_CALL_TOKENS || aggregate_tokens > MAX_AGGREGATE_TOKENS {
+            return Err(OffloadError::Invalid(format!(
+                "settings.per_call_tokens may be at most {MAX_PER_CALL_TOKENS} and settings.aggregate_tokens at most {MAX_AGGREGATE_TOKENS}; got {per_call_tokens} and {aggregate_tokens}"
+            )));
         }
         if per_call_tokens > aggregate_tokens {
             return Err(OffloadError::Invalid(format!(
@@ -295,6 +304,50 @@ pub fn offload_turn(
         estimate::estimate_text(&text, settings.estimator)
     });
 
+    // A closed session takes no turn, even an all-inline one.
+    let state = store.session(session)?.state;
+    if state != crate::store::records::SessionState::Open {
+        return Err(StoreError::SessionClosed(session.clone()).into());
+    }
+    let mut stored: Vec<crate::ids::PayloadId> = Vec::new();
+    match store_and_describe(
+        store,
+        session,
+        results,
+        settings,
+        &items,
+        &estimates,
+        &dispositions,
+        &mut previews,
+        &mut stored,
+    ) {
+        Ok(outcomes) => Ok(outcomes),
+        Err(e) => {
+            // Nothing was acknowledged: take back what this call stored.
+            for id in stored {
+                if let Err(undo) =
+                    store.delete_payload(&id, "spillway", "offload call failed; rolled back")
+                {
+                    tracing::warn!(payload_id = %id, error = %undo, "could not roll back a payload of a failed offload");
+                }
+            }
+            Err(e)
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn store_and_describe(
+    store: &Store,
+    session: &SessionId,
+    results: Vec<ToolResult>,
+    settings: &Settings,
+    items: &[Item],
+    estimates: &[Estimate],
+    dispositions: &[Disposition],
+    previews: &mut [Option<Preview>],
+    stored: &mut Vec<crate::ids::PayloadId>,
+) -> Result<Vec<Outcome>, OffloadError> {
     let mut outcomes = Vec::with_capacity(results.len());
     for (i, r) in results.into_iter().enumerate() {
         let d = dispositions[i];
@@ -311,6 +364,7 @@ pub fn offload_turn(
             continue;
         }
         let record = store_result(store, session, &r)?;
+        stored.push(record.id.clone());
         let p = previews[i].take().unwrap_or_else(|| {
             preview::build(
                 &r.content,

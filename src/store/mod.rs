@@ -196,7 +196,7 @@ pub struct Store {
     settings: StoreSettings,
     /// Serializes metadata read-modify-write per session (striped).
     stripes: Vec<Mutex<()>>,
-    /// Inspect results by (session, content hash); dropped with the content.
+    /// Inspect results by (session, content hash and type); dropped with the content.
     structures: Mutex<HashMap<(SessionId, String), Arc<Structure>>>,
 }
 
@@ -390,7 +390,7 @@ impl Store {
         let _guard = self.lock(id);
         let s = self.session(id)?;
         let mut b = Batch::new();
-        let mut receipt = self.new_receipt(id.as_str(), requested_by, &s.tenant, reason);
+        let mut receipt = self.new_receipt(id.as_str(), requested_by, &s, reason);
         let mut after: Option<Vec<u8>> = None;
         loop {
             let page = self.engine.scan_prefix(
@@ -549,7 +549,11 @@ impl Store {
     /// Infers a payload's structure, or returns the cached result for the
     /// same bytes in the same session.
     pub fn inspect(&self, p: &PayloadRecord) -> Result<Arc<Structure>> {
-        let key = (p.session_id.clone(), p.sha256.clone());
+        // Detection takes the content type into account, so it is part of the key.
+        let key = (
+            p.session_id.clone(),
+            format!("{}\0{}", p.sha256, p.content_type),
+        );
         if let Some(s) = self.structure_cache().get(&key) {
             return Ok(s.clone());
         }
@@ -595,10 +599,10 @@ impl Store {
         if !self.has_other_copy(&p)? {
             s.usage_bytes = s.usage_bytes.saturating_sub(p.size);
             self.structure_cache()
-                .remove(&(p.session_id.clone(), p.sha256.clone()));
+                .retain(|(session, k), _| !(*session == p.session_id && k.starts_with(&p.sha256)));
         }
         s.usage_payloads = s.usage_payloads.saturating_sub(1);
-        let mut receipt = self.new_receipt(id.as_str(), requested_by, &s.tenant, reason);
+        let mut receipt = self.new_receipt(id.as_str(), requested_by, &s, reason);
         receipt.deleted_payload_ids.push(p.id.clone());
         receipt.bytes_deleted = p.size;
         receipt.content_sha256.push(p.sha256.clone());
@@ -711,7 +715,7 @@ impl Store {
         &self,
         target: &str,
         requested_by: &str,
-        tenant: &str,
+        session: &SessionRecord,
         reason: &str,
     ) -> ReceiptRecord {
         ReceiptRecord {
@@ -719,7 +723,9 @@ impl Store {
             target_id: target.to_owned(),
             reason: reason.to_owned(),
             requested_by: requested_by.to_owned(),
-            tenant: tenant.to_owned(),
+            tenant: session.tenant.clone(),
+            owner: session.owner.clone(),
+            share_with: session.share_with.clone(),
             deleted_ms: self.now_ms(),
             deleted_payload_ids: Vec::new(),
             bytes_deleted: 0,

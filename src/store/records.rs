@@ -189,6 +189,12 @@ pub struct ReceiptRecord {
     pub requested_by: String,
     /// Tenant of the deleted data.
     pub tenant: String,
+    /// Owner of the deleted data's session (decides who may see the receipt).
+    #[serde(default)]
+    pub owner: String,
+    /// Principals the session was shared with.
+    #[serde(default)]
+    pub share_with: Vec<String>,
     /// When.
     pub deleted_ms: Millis,
     /// Every payload removed.
@@ -283,6 +289,8 @@ mod tests {
             reason: String::new(),
             requested_by: "p".into(),
             tenant: "t".into(),
+            owner: "o".into(),
+            share_with: vec![],
             deleted_ms: 5,
             deleted_payload_ids: vec![],
             bytes_deleted: 0,

@@ -277,3 +277,17 @@ async fn search_stops_at_the_time_limit_with_partial_results() {
     assert!(r.truncated);
     assert!(r.note.contains("limits.search_timeout"), "{}", r.note);
 }
+
+#[tokio::test]
+async fn the_same_bytes_under_two_content_types_are_inspected_separately() {
+    let server = TestServer::start().await;
+    let s = create_session(&server, ALICE).await.id;
+    // The content type decides the detection here: CSV when declared, text when not.
+    let bytes = b"hello world\nbye\n";
+    let csv = stored(&server, &s, "t.csv", "text/csv", bytes).await;
+    let plain = stored(&server, &s, "t.txt", "", bytes).await;
+    assert_eq!(inspect(&server, &csv.id).await.detected_type, "csv");
+    let second = inspect(&server, &plain.id).await;
+    assert_eq!(second.detected_type, "text", "not the cached CSV answer");
+    assert_eq!(second.payload_id, plain.id);
+}

@@ -364,6 +364,16 @@ async fn offload_follows_session_state_and_visibility() {
     .await
     .unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition);
+    // Even a turn that would stay inline is refused on a closed session.
+    let err = offload(
+        &server,
+        &session.id,
+        vec![result("c", "t", b"tiny", "")],
+        None,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
 }
 
 #[tokio::test]

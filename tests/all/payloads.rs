@@ -623,3 +623,51 @@ async fn list_payloads_page_size_is_clamped_to_the_configured_maximum() {
     assert_eq!(page.payloads.len(), 2);
     assert!(!page.next_page_token.is_empty());
 }
+
+#[tokio::test]
+async fn download_is_refused_when_the_policy_disallows_it() {
+    let server = TestServer::start_with(|c| c.policy.allow_download = false).await;
+    let session = create_session(&server, ALICE).await;
+    let mut p = server.payloads(ALICE).await;
+    let stored = upload(&mut p, header(&session.id, "x.txt"), b"secret")
+        .await
+        .unwrap();
+    let err = download(&mut p, &stored.id).await.unwrap_err();
+    assert_eq!(err.code(), Code::PermissionDenied);
+    assert!(
+        err.message().contains("allow_download"),
+        "{}",
+        err.message()
+    );
+}
+
+#[tokio::test]
+async fn a_deletion_receipt_is_named_only_to_those_who_could_see_the_session() {
+    let server = TestServer::start().await;
+    let session = create_session(&server, ALICE).await;
+    let mut p = server.payloads(ALICE).await;
+    let stored = upload(&mut p, header(&session.id, "x.txt"), b"gone soon")
+        .await
+        .unwrap();
+    p.delete_payload(proto::DeletePayloadRequest {
+        payload_id: stored.id.clone(),
+        reason: "cleanup".into(),
+    })
+    .await
+    .unwrap();
+    // Bob is in the same tenant but was never shared the session.
+    let err = server
+        .payloads(BOB)
+        .await
+        .stat(proto::PayloadRequest {
+            payload_id: stored.id.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+    assert!(
+        !err.message().contains("deleted") && !err.message().contains("cleanup"),
+        "{}",
+        err.message()
+    );
+}
