@@ -108,29 +108,14 @@ pub fn search_file(
     deadline: Instant,
     hits: &mut Vec<Hit>,
 ) -> Result<(Stop, u64), SearchError> {
-    let mut searcher = SearcherBuilder::new()
-        .line_number(true)
-        .before_context(c.context)
-        .after_context(c.context)
-        .binary_detection(BinaryDetection::quit(0))
+    let mut searcher = builder(c)
         // SAFETY: payload files are written once, renamed into place and
         // never modified or truncated afterwards (deletion only unlinks, which
         // leaves an existing mapping valid), so the mapped bytes cannot
         // change under the searcher.
         .memory_map(unsafe { grep_searcher::MmapChoice::auto() })
         .build();
-    let mut sink = Collector {
-        hits,
-        budget,
-        seen: 0,
-        pending_before: Vec::new(),
-        capped: false,
-        binary: false,
-        deadline: Some(deadline),
-        timed_out: false,
-        bytes_left: *bytes_left,
-        out_of_bytes: false,
-    };
+    let mut sink = Collector::new(hits, budget, *bytes_left, Some(deadline));
     searcher.search_file(&c.matcher, file, &mut sink)?;
     *bytes_left = sink.bytes_left;
     Ok((sink.stop(), sink.seen))
@@ -146,24 +131,9 @@ pub fn search_reader<R: Read>(
     deadline: Instant,
     hits: &mut Vec<Hit>,
 ) -> Result<(Stop, u64), SearchError> {
-    let mut searcher = SearcherBuilder::new()
-        .line_number(true)
-        .before_context(c.context)
-        .after_context(c.context)
-        .binary_detection(BinaryDetection::quit(0))
-        .build();
-    let mut sink = Collector {
-        hits,
-        budget,
-        seen: 0,
-        pending_before: Vec::new(),
-        capped: false,
-        binary: false,
-        deadline: None,
-        timed_out: false,
-        bytes_left: *bytes_left,
-        out_of_bytes: false,
-    };
+    let mut searcher = builder(c).build();
+    // The reader itself enforces the deadline.
+    let mut sink = Collector::new(hits, budget, *bytes_left, None);
     let reader = DeadlineReader {
         inner: reader,
         deadline,
@@ -192,7 +162,37 @@ struct Collector<'a> {
     out_of_bytes: bool,
 }
 
-impl Collector<'_> {
+/// Line numbers, context, and binary payloads skipped at the first NUL.
+fn builder(c: &Compiled) -> SearcherBuilder {
+    let mut b = SearcherBuilder::new();
+    b.line_number(true)
+        .before_context(c.context)
+        .after_context(c.context)
+        .binary_detection(BinaryDetection::quit(0));
+    b
+}
+
+impl<'a> Collector<'a> {
+    fn new(
+        hits: &'a mut Vec<Hit>,
+        budget: usize,
+        bytes_left: usize,
+        deadline: Option<Instant>,
+    ) -> Self {
+        Self {
+            hits,
+            budget,
+            seen: 0,
+            pending_before: Vec::new(),
+            capped: false,
+            binary: false,
+            deadline,
+            timed_out: false,
+            bytes_left,
+            out_of_bytes: false,
+        }
+    }
+
     fn stop(&self) -> Stop {
         if self.capped {
             Stop::Cap

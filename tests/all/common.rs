@@ -388,3 +388,39 @@ impl Drop for ProcessServer {
         let _ = self.child.wait();
     }
 }
+
+/// Samples a process's resident set size every 20 ms until stopped, and
+/// returns the peak.
+pub struct RssSampler {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<u64>,
+}
+
+impl RssSampler {
+    pub fn start(pid: u32) -> Self {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut peak = 0u64;
+            while !flag.load(Ordering::Relaxed) {
+                if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status"))
+                    && let Some(kb) = status
+                        .lines()
+                        .find(|l| l.starts_with("VmRSS:"))
+                        .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                {
+                    peak = peak.max(kb * 1024);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            peak
+        });
+        Self { stop, thread }
+    }
+
+    pub fn stop(self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().unwrap()
+    }
+}

@@ -210,24 +210,7 @@ async fn a_1_gib_upload_grows_server_rss_by_less_than_64_mib() {
         .unwrap()
         .into_inner();
     let baseline = server.rss_bytes();
-    let pid = server.child.id();
-    let peak = Arc::new(std::sync::atomic::AtomicU64::new(baseline));
-    let sampler_peak = peak.clone();
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let sampler_stop = stop.clone();
-    let sampler = std::thread::spawn(move || {
-        while !sampler_stop.load(std::sync::atomic::Ordering::Relaxed) {
-            if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status"))
-                && let Some(kb) = status
-                    .lines()
-                    .find(|l| l.starts_with("VmRSS:"))
-                    .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-            {
-                sampler_peak.fetch_max(kb * 1024, std::sync::atomic::Ordering::Relaxed);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    });
+    let sampler = RssSampler::start(server.child.id());
 
     const TOTAL: usize = 1 << 30;
     const CHUNK: usize = 1 << 20;
@@ -257,14 +240,11 @@ async fn a_1_gib_upload_grows_server_rss_by_less_than_64_mib() {
         .await
         .unwrap()
         .into_inner();
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    sampler.join().unwrap();
+    let peak = sampler.stop();
 
     assert_eq!(stored.size_bytes, TOTAL as u64);
     assert_eq!(stored.sha256, expected);
-    let growth = peak
-        .load(std::sync::atomic::Ordering::Relaxed)
-        .saturating_sub(baseline);
+    let growth = peak.saturating_sub(baseline);
     eprintln!("1 GiB upload: server RSS grew by {} MiB", growth >> 20);
     assert!(
         growth < 64 << 20,
@@ -321,24 +301,7 @@ async fn inspecting_a_1_gib_ndjson_keeps_server_rss_bounded() {
     assert!(stored.size_bytes > 1000 << 20, "{}", stored.size_bytes);
 
     let baseline = server.rss_bytes();
-    let pid = server.child.id();
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let sampler_stop = stop.clone();
-    let sampler = std::thread::spawn(move || {
-        let mut peak = 0u64;
-        while !sampler_stop.load(std::sync::atomic::Ordering::Relaxed) {
-            if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status"))
-                && let Some(kb) = status
-                    .lines()
-                    .find(|l| l.starts_with("VmRSS:"))
-                    .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-            {
-                peak = peak.max(kb * 1024);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        peak
-    });
+    let sampler = RssSampler::start(server.child.id());
     let st = server
         .payloads(ALICE)
         .await
@@ -348,8 +311,7 @@ async fn inspecting_a_1_gib_ndjson_keeps_server_rss_bounded() {
         .await
         .unwrap()
         .into_inner();
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let peak = sampler.join().unwrap();
+    let peak = sampler.stop();
     let j = st.json.clone().unwrap();
     assert_eq!(st.detected_type, "ndjson");
     assert!(j.record_count > 100_000, "{}", j.record_count);
