@@ -165,6 +165,10 @@ pub struct Limits {
     pub search_timeout: Duration,
     /// Ceiling on a Search's `max_matches` (default 10 000).
     pub max_search_matches: u32,
+    /// Longest wait for the next chunk of an upload (default 60 s); a
+    /// stalled upload is then abandoned, and nothing of it is kept.
+    #[serde(with = "humantime_serde")]
+    pub upload_idle_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -182,6 +186,7 @@ impl Default for Limits {
             max_page_size: 1000,
             search_timeout: Duration::from_secs(10),
             max_search_matches: 10_000,
+            upload_idle_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -361,6 +366,10 @@ impl Config {
             ("limits.max_page_size", u64::from(l.max_page_size)),
             ("limits.search_timeout", l.search_timeout.as_millis() as u64),
             ("limits.max_search_matches", u64::from(l.max_search_matches)),
+            (
+                "limits.upload_idle_timeout",
+                l.upload_idle_timeout.as_millis() as u64,
+            ),
         ];
         if let Some((key, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(ConfigError::Invalid(format!(

@@ -191,9 +191,15 @@ impl Payloads for PayloadsService {
         let decode_limit = limits.max_request_message_bytes;
         let limits = limits.clone();
         let mut stream = req.into_inner();
-        let first = stream
-            .message()
+        let idle = limits.upload_idle_timeout;
+        let first = tokio::time::timeout(idle, stream.message())
             .await
+            .map_err(|_| {
+                Status::deadline_exceeded(format!(
+                    "no upload header arrived for {} s (limits.upload_idle_timeout); send the header chunk first",
+                    idle.as_secs_f32()
+                ))
+            })?
             .map_err(|s| map_decode_status(s, &limits))?
             .ok_or_else(|| {
                 ApiError::BadRequest("empty upload: the first chunk must carry the header".into())
@@ -228,7 +234,17 @@ impl Payloads for PayloadsService {
 
         let mut client_error: Option<Status> = None;
         loop {
-            match stream.message().await {
+            let next = match tokio::time::timeout(idle, stream.message()).await {
+                Ok(next) => next,
+                Err(_) => {
+                    client_error = Some(Status::deadline_exceeded(format!(
+                        "no upload chunk arrived for {} s (limits.upload_idle_timeout); the upload was abandoned and nothing was stored. Send chunks continuously, or retry",
+                        idle.as_secs_f32()
+                    )));
+                    break;
+                }
+            };
+            match next {
                 Ok(Some(proto::UploadChunk {
                     chunk: Some(Chunk::Data(d)),
                 })) => {

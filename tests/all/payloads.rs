@@ -671,3 +671,44 @@ async fn a_deletion_receipt_is_named_only_to_those_who_could_see_the_session() {
         err.message()
     );
 }
+
+#[tokio::test]
+async fn a_stalled_upload_is_abandoned_and_leaves_nothing() {
+    let server = TestServer::start_with(|c| {
+        c.limits.upload_idle_timeout = std::time::Duration::from_millis(300)
+    })
+    .await;
+    let session = create_session(&server, ALICE).await;
+    let mut p = server.payloads(ALICE).await;
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(proto::UploadChunk {
+        chunk: Some(Chunk::Header(header(&session.id, "stalled.txt"))),
+    })
+    .await
+    .unwrap();
+    tx.send(proto::UploadChunk {
+        chunk: Some(Chunk::Data(bytes::Bytes::from_static(b"first part"))),
+    })
+    .await
+    .unwrap();
+    // Keep the stream open without sending more.
+    let err = p
+        .upload(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap_err();
+    drop(tx);
+    assert_eq!(err.code(), Code::DeadlineExceeded);
+    assert!(
+        err.message().contains("limits.upload_idle_timeout"),
+        "{}",
+        err.message()
+    );
+    assert!(
+        session_files(&server.data_dir(), &session.id).is_empty(),
+        "no temp file remains"
+    );
+    // The slot is free again.
+    upload(&mut p, header(&session.id, "next.txt"), b"ok")
+        .await
+        .unwrap();
+}
