@@ -291,3 +291,25 @@ async fn the_same_bytes_under_two_content_types_are_inspected_separately() {
     assert_eq!(second.detected_type, "text", "not the cached CSV answer");
     assert_eq!(second.payload_id, plain.id);
 }
+
+#[tokio::test]
+async fn max_matches_above_the_ceiling_is_clamped_to_it() {
+    let server = TestServer::start_with(|c| c.limits.max_search_matches = 5).await;
+    let s = create_session(&server, ALICE).await.id;
+    stored(&server, &s, "many.txt", "", "hit\n".repeat(50).as_bytes()).await;
+    let r = server
+        .payloads(ALICE)
+        .await
+        .search(proto::SearchRequest {
+            session_id: s,
+            pattern: "hit".into(),
+            max_matches: 1000,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.matches.len(), 5);
+    assert!(r.truncated);
+    assert!(r.note.contains("ceiling 5"), "{}", r.note);
+}

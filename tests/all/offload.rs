@@ -400,3 +400,21 @@ async fn a_turn_over_the_offload_message_limit_is_resource_exhausted() {
         err.message()
     );
 }
+
+#[tokio::test]
+async fn a_turn_with_more_results_than_allowed_is_resource_exhausted() {
+    let server = TestServer::start_with(|c| c.offload.max_results = 2).await;
+    let session = create_session(&server, ALICE).await;
+    let results = (0..3)
+        .map(|i| result(&format!("c{i}"), "t", b"x", ""))
+        .collect();
+    let err = offload(&server, &session.id, results, None)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted);
+    assert!(
+        err.message().contains("offload.max_results is 2"),
+        "{}",
+        err.message()
+    );
+}
