@@ -97,8 +97,8 @@ fn digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
-/// Writes a file readable by its owner only, durably.
-fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// Writes a file readable by its owner only, durably (dev token, receipt key).
+pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let tmp = path.with_extension("tmp");
     let mut f = std::fs::OpenOptions::new()

@@ -11,7 +11,7 @@ use tonic::transport::Channel;
 
 use super::client::{Bearer, ClientSettings, connect};
 use super::output;
-use super::{Cli, Command, ContextCommand, HistoryFormat, SessionCommand};
+use super::{AuditCommand, Cli, Command, ContextCommand, HistoryFormat, SessionCommand};
 use crate::proto::{
     self, context_client::ContextClient, payloads_client::PayloadsClient,
     sessions_client::SessionsClient,
@@ -31,6 +31,18 @@ struct Clients {
 /// Runs a client subcommand against the server.
 pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
     let data_dir = std::env::var_os("SPILLWAY_DATA_DIR").map(std::path::PathBuf::from);
+    // Local commands need no server.
+    if let Command::Audit(AuditCommand::VerifyReceipt {
+        file,
+        data_dir: dir,
+    }) = &cli.command
+    {
+        let dir = dir
+            .clone()
+            .or(data_dir)
+            .unwrap_or_else(|| std::path::PathBuf::from("./spillway-data"));
+        return verify_receipt(file, &dir);
+    }
     let settings = ClientSettings::resolve(
         cli.addr.as_deref(),
         cli.token.as_deref(),
@@ -48,6 +60,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
     let json = cli.json;
     match cli.command {
         Command::Serve(_) => unreachable!("serve is handled by main"),
+        Command::Audit(_) => unreachable!("audit commands are local and handled above"),
         Command::Session(cmd) => session(&mut c, cmd, json).await,
         Command::Context(cmd) => context(&mut c, cmd, json).await,
         Command::Upload {
@@ -520,6 +533,47 @@ fn progress(total: u64) -> ProgressBar {
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     bar
+}
+
+/// Verifies a receipt file's signature with the key in `data_dir`.
+fn verify_receipt(file: &std::path::Path, data_dir: &std::path::Path) -> anyhow::Result<()> {
+    use crate::store::signing::{KEY_FILE, ReceiptKey, Signed};
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let r: proto::DeletionReceipt = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a receipt in proto3 JSON", file.display()))?;
+    let key_path = data_dir.join(KEY_FILE);
+    let key_text = std::fs::read_to_string(&key_path).with_context(|| {
+        format!(
+            "cannot read the receipt key {}; pass --data-dir",
+            key_path.display()
+        )
+    })?;
+    let key = ReceiptKey::from_hex(key_text.trim())
+        .context("the receipt key file is not 64 hex digits")?;
+    let at = r.deleted_at.unwrap_or_default();
+    let signed = Signed {
+        id: &r.id,
+        target_id: &r.target_id,
+        reason: &r.reason,
+        requested_by: &r.requested_by,
+        deleted_ms: at.seconds * 1000 + i64::from(at.nanos) / 1_000_000,
+        deleted_payload_ids: r.deleted_payload_ids.iter().map(String::as_str).collect(),
+        bytes_deleted: r.bytes_deleted,
+        content_sha256: r.content_sha256.iter().map(String::as_str).collect(),
+    };
+    if key.verify(&signed, &r.signature) {
+        println!(
+            "receipt {} verifies: signed by this server's key, unchanged",
+            r.id
+        );
+        Ok(())
+    } else {
+        bail!(
+            "receipt {} does NOT verify: it was changed after signing, or another server signed it",
+            r.id
+        )
+    }
 }
 
 /// A content type for a file extension, so the server keeps it.

@@ -117,6 +117,9 @@ pub enum Command {
         #[arg(short = 'm', long, default_value_t = 0)]
         max_matches: u32,
     },
+    /// Audit tools.
+    #[command(subcommand)]
+    Audit(AuditCommand),
     /// History hygiene for OpenAI or Anthropic chat histories.
     #[command(subcommand)]
     Context(ContextCommand),
@@ -178,6 +181,20 @@ pub struct ServeArgs {
     /// Metadata engine, redb or sled (overrides the file and env).
     #[arg(long, value_parser = ["redb", "sled"])]
     pub engine: Option<String>,
+}
+
+/// `spillway audit …`.
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Check a deletion receipt's signature against the server's receipt key
+    /// (read from the data directory, so run it where the server's data is).
+    VerifyReceipt {
+        /// The receipt as JSON (as `spillway --json rm` or `session rm` print it).
+        file: PathBuf,
+        /// The server's data directory (default: $SPILLWAY_DATA_DIR, then ./spillway-data).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
 }
 
 /// A chat-history JSON format.

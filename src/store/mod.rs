@@ -20,6 +20,7 @@ pub mod read;
 pub mod reconcile;
 pub mod records;
 pub mod redb_engine;
+pub mod signing;
 pub mod sled_engine;
 
 use std::collections::{BTreeMap, HashMap};
@@ -196,6 +197,8 @@ pub struct Store {
     settings: StoreSettings,
     /// Serializes metadata read-modify-write per session (striped).
     stripes: Vec<Mutex<()>>,
+    /// Signs deletion receipts.
+    receipt_key: signing::ReceiptKey,
     /// Inspect results by (session, content hash and type); dropped with the content.
     structures: Mutex<HashMap<(SessionId, String), Arc<Structure>>>,
 }
@@ -236,6 +239,7 @@ impl Store {
             settings,
             stripes: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
             structures: Mutex::new(HashMap::new()),
+            receipt_key: signing::ReceiptKey::load_or_create(data_dir)?,
         };
         let report = reconcile::reconcile(&store)?;
         Ok((store, report))
@@ -414,6 +418,7 @@ impl Store {
                 break;
             }
         }
+        let receipt = self.signed(receipt);
         b.delete(Tree::Sessions, id.as_str())
             .delete(
                 Tree::TenantSessions,
@@ -606,6 +611,7 @@ impl Store {
         receipt.deleted_payload_ids.push(p.id.clone());
         receipt.bytes_deleted = p.size;
         receipt.content_sha256.push(p.sha256.clone());
+        let receipt = self.signed(receipt);
         b.put(Tree::Sessions, s.id.as_str(), records::encode(&s))
             .put(
                 Tree::Receipts,
@@ -623,6 +629,17 @@ impl Store {
             }
         }
         Ok(receipt)
+    }
+
+    /// Fills in a receipt's signature.
+    fn signed(&self, mut r: ReceiptRecord) -> ReceiptRecord {
+        r.signature = self.receipt_key.sign(&signing::Signed::from(&r));
+        r
+    }
+
+    /// Whether a receipt's signature is this server's.
+    pub fn verify_receipt(&self, r: &signing::Signed<'_>, signature: &str) -> bool {
+        self.receipt_key.verify(r, signature)
     }
 
     /// The receipt of a deleted session or payload, if it was deleted.

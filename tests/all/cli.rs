@@ -100,12 +100,34 @@ async fn dev_mode_tour_create_upload_read_delete_with_discovered_token() {
         std::fs::read(&file).unwrap()
     );
 
-    let receipt = ok(cli(
+    // Deletion gives a signed receipt that verifies, and stops verifying
+    // once changed.
+    let receipt_json = ok(cli(
         &server,
         &data_dir,
-        &["rm", &payload, "--reason", "tour"],
+        &["--json", "rm", &payload, "--reason", "tour"],
     ));
-    assert!(receipt.contains("receipt rcpt_"), "{receipt}");
+    let receipt: serde_json::Value = serde_json::from_str(&receipt_json).unwrap();
+    assert!(receipt["id"].as_str().unwrap().starts_with("rcpt_"));
+    assert_eq!(receipt["signature"].as_str().unwrap().len(), 64);
+    let receipt_file = dir.path().join("receipt.json");
+    std::fs::write(&receipt_file, &receipt_json).unwrap();
+    let verified = ok(cli(
+        &server,
+        &data_dir,
+        &["audit", "verify-receipt", receipt_file.to_str().unwrap()],
+    ));
+    assert!(verified.contains("verifies"), "{verified}");
+    let mut forged = receipt.clone();
+    forged["reason"] = serde_json::Value::String("something else".into());
+    std::fs::write(&receipt_file, forged.to_string()).unwrap();
+    let out = cli(
+        &server,
+        &data_dir,
+        &["audit", "verify-receipt", receipt_file.to_str().unwrap()],
+    );
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("does NOT verify"));
 
     let failed = cli(&server, &data_dir, &["stat", &payload]);
     assert!(!failed.status.success());
