@@ -11,6 +11,7 @@ const PROTOS: &[&str] = &[
     "proto/spillway/v1/sessions.proto",
     "proto/spillway/v1/payloads.proto",
     "proto/spillway/v1/context.proto",
+    "proto/spillway/v1/codemode.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -25,6 +26,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .bytes(".spillway.v1.UploadChunk.data")
         .bytes(".spillway.v1.DataChunk.data")
         .bytes(".spillway.v1.ToolResult.content")
+        .bytes(".spillway.v1.ExecRequest.module")
         .compile_well_known_types(true)
         .extern_path(".google.protobuf", "::pbjson_types")
         .compile_fds(fds)?;

@@ -50,6 +50,8 @@ pub struct Config {
     pub policy: PolicyDefaults,
     /// Offload thresholds, estimator and previews.
     pub offload: crate::offload::OffloadConfig,
+    /// Code mode: images, concurrency and per-exec caps.
+    pub sandbox: crate::sandbox::SandboxConfig,
     /// How long shutdown waits for in-flight calls before giving up on them.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
@@ -66,6 +68,7 @@ impl Default for Config {
             limits: Limits::default(),
             policy: PolicyDefaults::default(),
             offload: crate::offload::OffloadConfig::default(),
+            sandbox: crate::sandbox::SandboxConfig::default(),
             shutdown_grace: Duration::from_secs(30),
         }
     }
@@ -203,6 +206,10 @@ pub struct PolicyDefaults {
     pub session_ttl: Duration,
     /// Whether raw bytes may be downloaded (default true).
     pub allow_download: bool,
+    /// Whether scripts may run (default true).
+    pub allow_exec: bool,
+    /// The most any exec may ask for (default 5 min, 4 GiB, 64 MiB stdout).
+    pub exec_ceiling: crate::sandbox::limits::ExecLimits,
 }
 
 impl Default for PolicyDefaults {
@@ -211,6 +218,8 @@ impl Default for PolicyDefaults {
             retention: Duration::from_secs(7 * 24 * 3600),
             session_ttl: Duration::from_secs(7 * 24 * 3600),
             allow_download: true,
+            allow_exec: true,
+            exec_ceiling: crate::sandbox::limits::ExecLimits::CEILING,
         }
     }
 }

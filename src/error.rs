@@ -12,6 +12,7 @@ use tonic::{Code, Status};
 use crate::auth::AuthError;
 use crate::ids::IdError;
 use crate::offload::OffloadError;
+use crate::sandbox::SandboxError;
 use crate::store::StoreError;
 
 /// An error on its way to a client.
@@ -29,6 +30,9 @@ pub enum ApiError {
     /// An offload failure.
     #[error(transparent)]
     Offload(#[from] OffloadError),
+    /// A code-mode failure that is not the script's own.
+    #[error(transparent)]
+    Sandbox(#[from] SandboxError),
     /// A malformed request.
     #[error("{0}")]
     BadRequest(String),
@@ -97,6 +101,16 @@ fn code_of(e: &ApiError) -> Code {
         ApiError::Offload(OffloadError::TooManyResults { .. }) => Code::ResourceExhausted,
         ApiError::Offload(OffloadError::Store(s)) => store_code(s),
         ApiError::Store(s) => store_code(s),
+        ApiError::Sandbox(s) => sandbox_code(s),
+    }
+}
+
+fn sandbox_code(s: &SandboxError) -> Code {
+    match s {
+        SandboxError::UnknownRuntime(..) | SandboxError::BadRequest(_) => Code::InvalidArgument,
+        SandboxError::Image { .. } => Code::FailedPrecondition,
+        SandboxError::Busy { .. } | SandboxError::TooLarge { .. } => Code::ResourceExhausted,
+        SandboxError::Setup(_) | SandboxError::Io(_) => Code::Internal,
     }
 }
 

@@ -20,6 +20,8 @@
 //!   notices.
 //! - [`context`]: history repair, budgets, microcompaction, recall keys and
 //!   the chat-history JSON adapters.
+//! - [`sandbox`]: code mode; wasmtime engines, runtime images, per-exec
+//!   directories and limits. The only module that names wasmtime.
 //! - [`api`]: the tonic services; the only code that sees prost types.
 //! - [`cli`]: the client subcommands of the `spillway` binary.
 //! - [`proto`]: the generated `spillway.v1` types.
@@ -34,6 +36,7 @@ pub mod error;
 pub mod ids;
 pub mod inspect;
 pub mod offload;
+pub mod sandbox;
 pub mod server;
 pub mod shutdown;
 pub mod store;

@@ -1,5 +1,6 @@
-//! Builds and runs the gRPC server: Sessions and Payloads behind the
-//! authenticating interceptor, plus `grpc.health.v1` and reflection v1.
+//! Builds and runs the gRPC server: Sessions, Payloads, Context and
+//! CodeMode behind the authenticating interceptor, plus `grpc.health.v1`
+//! and reflection v1.
 //!
 //! Shutdown: when the shutdown future resolves, health turns NOT_SERVING,
 //! the listener closes, in-flight calls get `shutdown_grace` to finish, and
@@ -14,16 +15,18 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tonic::service::interceptor::InterceptedService;
 
 use crate::api::{
-    AppState, Authenticator, context::ContextService, payloads::PayloadsService,
-    sessions::SessionsService,
+    AppState, Authenticator, codemode::CodeModeService, context::ContextService,
+    payloads::PayloadsService, sessions::SessionsService,
 };
 use crate::auth::TokenTable;
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::error::map_decode_status;
 use crate::proto::{
-    context_server::ContextServer, payloads_server::PayloadsServer, sessions_server::SessionsServer,
+    code_mode_server::CodeModeServer, context_server::ContextServer,
+    payloads_server::PayloadsServer, sessions_server::SessionsServer,
 };
+use crate::sandbox::{Sandbox, SandboxError};
 use crate::store::{Store, StoreError, StoreSettings};
 
 /// HTTP/2 receive window of one stream. Large bodies (an Offload turn, an
@@ -49,6 +52,9 @@ pub enum ServerError {
     /// The store could not be opened.
     #[error("cannot open the store: {0}")]
     Store(#[from] StoreError),
+    /// The code-mode sandbox could not be set up.
+    #[error("cannot start code mode: {0}")]
+    Sandbox(#[from] SandboxError),
     /// Reflection could not be built.
     #[error("cannot build reflection: {0}")]
     Reflection(String),
@@ -109,8 +115,18 @@ pub async fn run_with_clock(
         "store open"
     );
 
+    let sandbox = {
+        let (cfg, dir, ceiling) = (
+            config.sandbox.clone(),
+            config.data_dir.clone(),
+            config.policy.exec_ceiling,
+        );
+        Arc::new(tokio::task::spawn_blocking(move || Sandbox::open(cfg, &dir, ceiling)).await??)
+    };
+    sandbox.warm_up();
+
     let config = Arc::new(config);
-    let state = AppState::new(store.clone(), config.clone());
+    let state = AppState::new(store.clone(), config.clone(), sandbox);
     let auth = Authenticator::new(Arc::new(tokens));
     let limits = &config.limits;
 
@@ -144,6 +160,15 @@ pub async fn run_with_clock(
                 .max_offload_request_bytes
                 .max(limits.max_response_message_bytes),
         );
+
+    // An Exec carries at most a module and a script; its reply is bounded
+    // by the stdout notice and the stderr cap.
+    let codemode = CodeModeServer::new(CodeModeService::new(state.clone()))
+        .max_decoding_message_size(
+            (config.sandbox.max_module_bytes + config.sandbox.max_source_bytes + (1 << 20))
+                .max(limits.max_request_message_bytes),
+        )
+        .max_encoding_message_size(limits.max_response_message_bytes);
 
     let (health_reporter, health) = tonic_health::server::health_reporter();
     health_reporter
@@ -202,7 +227,8 @@ pub async fn run_with_clock(
         .add_service(InterceptedService::new(reflection, auth.clone()))
         .add_service(InterceptedService::new(sessions, auth.clone()))
         .add_service(InterceptedService::new(payloads, auth.clone()))
-        .add_service(InterceptedService::new(context, auth))
+        .add_service(InterceptedService::new(context, auth.clone()))
+        .add_service(InterceptedService::new(codemode, auth))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal);
     tokio::pin!(serve);
 

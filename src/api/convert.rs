@@ -32,11 +32,21 @@ pub fn effective_policy(config: &Config) -> proto::Policy {
         max_payloads: 0,
         delete_on_close: false,
         allow_download: p.allow_download,
-        allow_exec: true,
+        allow_exec: p.allow_exec,
         compliance_can_read: false,
-        exec_ceiling: None,
+        exec_ceiling: Some(exec_limits(&p.exec_ceiling)),
         redact: Vec::new(),
         locked: false,
+    }
+}
+
+/// Exec limits as a message.
+pub fn exec_limits(l: &crate::sandbox::limits::ExecLimits) -> proto::ExecLimits {
+    proto::ExecLimits {
+        timeout_ms: l.timeout_ms,
+        memory_bytes: l.memory_bytes,
+        max_stdout_bytes: l.max_stdout_bytes,
+        fuel: l.fuel,
     }
 }
 

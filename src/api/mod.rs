@@ -3,6 +3,7 @@
 //! blocking pool, converts records to messages, and turns errors into
 //! statuses through [`crate::error`].
 
+pub mod codemode;
 pub mod context;
 mod convert;
 pub mod payloads;
@@ -18,6 +19,7 @@ use crate::auth::{Principal, TokenTable};
 use crate::config::Config;
 use crate::error::{ApiError, ApiResult};
 use crate::ids::SessionId;
+use crate::sandbox::Sandbox;
 use crate::store::records::{PayloadRecord, SessionRecord};
 use crate::store::{Store, StoreError};
 
@@ -30,16 +32,19 @@ pub struct AppState {
     pub config: Arc<Config>,
     /// Upload slots, server-wide.
     pub upload_slots: Arc<Semaphore>,
+    /// Code mode.
+    pub sandbox: Arc<Sandbox>,
 }
 
 impl AppState {
     /// Builds the state.
-    pub fn new(store: Arc<Store>, config: Arc<Config>) -> Self {
+    pub fn new(store: Arc<Store>, config: Arc<Config>, sandbox: Arc<Sandbox>) -> Self {
         let upload_slots = Arc::new(Semaphore::new(config.limits.max_concurrent_uploads));
         Self {
             store,
             config,
             upload_slots,
+            sandbox,
         }
     }
 

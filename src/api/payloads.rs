@@ -147,6 +147,7 @@ impl Payloads for PayloadsService {
                 content: t.content,
                 content_type: t.content_type,
                 is_error: t.is_error,
+                derived_from: Vec::new(),
             })
             .collect();
         let store = self.state.store.clone();

@@ -45,6 +45,10 @@ pub enum Rpc {
     CompactHistory,
     /// Context/Recall.
     Recall,
+    /// CodeMode/Exec.
+    Exec,
+    /// CodeMode/ListRuntimes.
+    ListRuntimes,
 }
 
 /// What a call does to its target session.
@@ -75,7 +79,7 @@ pub struct Rule {
     pub session: SessionUse,
 }
 
-use Role::{Admin, Agent, Compliance};
+use Role::{Admin, Agent, Auditor, Compliance};
 use SessionUse as U;
 
 /// The table the server enforces and the tests enumerate.
@@ -98,6 +102,8 @@ pub const TABLE: &[Rule] = &[
     rule(Rpc::RepairHistory, "spillway.v1.Context/RepairHistory", &[Agent, Admin], U::None),
     rule(Rpc::CompactHistory, "spillway.v1.Context/CompactHistory", &[Agent, Admin], U::Write),
     rule(Rpc::Recall, "spillway.v1.Context/Recall", &[Agent, Admin, Compliance], U::Content),
+    rule(Rpc::Exec, "spillway.v1.CodeMode/Exec", &[Agent, Admin], U::Content),
+    rule(Rpc::ListRuntimes, "spillway.v1.CodeMode/ListRuntimes", &[Agent, Admin, Compliance, Auditor], U::None),
 ];
 
 const fn rule(rpc: Rpc, method: &'static str, roles: &'static [Role], session: SessionUse) -> Rule {

@@ -13,8 +13,8 @@ use super::client::{Bearer, ClientSettings, connect};
 use super::output;
 use super::{AuditCommand, Cli, Command, ContextCommand, HistoryFormat, SessionCommand};
 use crate::proto::{
-    self, context_client::ContextClient, payloads_client::PayloadsClient,
-    sessions_client::SessionsClient,
+    self, code_mode_client::CodeModeClient, context_client::ContextClient,
+    payloads_client::PayloadsClient, sessions_client::SessionsClient,
 };
 
 /// Bytes per upload chunk: well under the server's 4 MiB message limit.
@@ -26,6 +26,7 @@ struct Clients {
     sessions: SessionsClient<Svc>,
     payloads: PayloadsClient<Svc>,
     context: ContextClient<Svc>,
+    codemode: CodeModeClient<Svc>,
 }
 
 /// Runs a client subcommand against the server.
@@ -54,6 +55,9 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
         context: ContextClient::with_interceptor(channel.clone(), bearer.clone())
             .max_decoding_message_size(256 << 20)
             .max_encoding_message_size(256 << 20),
+        codemode: CodeModeClient::with_interceptor(channel.clone(), bearer.clone())
+            .max_decoding_message_size(64 << 20)
+            .max_encoding_message_size(64 << 20),
         payloads: PayloadsClient::with_interceptor(channel, bearer)
             .max_decoding_message_size(64 << 20),
     };
@@ -166,6 +170,65 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 .await?
                 .into_inner();
             output::show(json, &r, output::search)
+        }
+        Command::Exec {
+            session,
+            runtime,
+            source,
+            file,
+            inputs,
+            timeout_ms,
+            memory_bytes,
+            keep_outputs,
+            args,
+        } => {
+            let (source, module) = match (source, file) {
+                (Some(s), _) => (s, Vec::new()),
+                (None, Some(f)) => {
+                    let bytes =
+                        std::fs::read(&f).with_context(|| format!("reading {}", f.display()))?;
+                    if runtime == "wasm" && bytes.starts_with(b"\0asm") {
+                        (String::new(), bytes)
+                    } else {
+                        let text = String::from_utf8(bytes)
+                            .map_err(|_| anyhow::anyhow!("{} is not UTF-8 text", f.display()))?;
+                        (text, Vec::new())
+                    }
+                }
+                (None, None) => bail!("give the script with --source or --file"),
+            };
+            let r = c
+                .codemode
+                .exec(proto::ExecRequest {
+                    session_id: session,
+                    runtime,
+                    source,
+                    module: module.into(),
+                    inputs,
+                    args,
+                    limits: Some(proto::ExecLimits {
+                        timeout_ms,
+                        memory_bytes,
+                        max_stdout_bytes: 0,
+                        fuel: 0,
+                    }),
+                    keep_outputs,
+                })
+                .await?
+                .into_inner();
+            output::show(json, &r, output::exec)?;
+            if r.status != proto::ExecStatus::Ok as i32 {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
+        Command::Runtimes => {
+            let r = c
+                .codemode
+                .list_runtimes(proto::ListRuntimesRequest {})
+                .await?
+                .into_inner();
+            output::show(json, &r, output::runtimes)
         }
         Command::Stat { payload } => {
             let p = c

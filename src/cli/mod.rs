@@ -117,6 +117,39 @@ pub enum Command {
         #[arg(short = 'm', long, default_value_t = 0)]
         max_matches: u32,
     },
+    /// Run a jq, JavaScript, Python or WASM script against a session's
+    /// payloads; prints stdout, then stderr and the status on stderr.
+    Exec {
+        /// Session whose payloads the script reads.
+        #[arg(long)]
+        session: String,
+        /// jq, javascript, python or wasm.
+        #[arg(long)]
+        runtime: String,
+        /// The script text (WAT text for wasm).
+        #[arg(long, conflicts_with = "file", required_unless_present = "file")]
+        source: Option<String>,
+        /// A file holding the script, or a .wasm module for wasm.
+        #[arg(long)]
+        file: Option<PathBuf>,
+        /// Input payload IDs (default: all of the session's).
+        #[arg(long = "input")]
+        inputs: Vec<String>,
+        /// Wall-clock limit in milliseconds (0: the runtime's default).
+        #[arg(long, default_value_t = 0)]
+        timeout_ms: u64,
+        /// Memory limit in bytes (0: the runtime's default).
+        #[arg(long, default_value_t = 0)]
+        memory_bytes: u64,
+        /// Keep files the script writes to /out as payloads.
+        #[arg(long)]
+        keep_outputs: bool,
+        /// Arguments for the script (for jq: its flags, e.g. -r).
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+    /// List the code-mode runtimes and their default limits.
+    Runtimes,
     /// Audit tools.
     #[command(subcommand)]
     Audit(AuditCommand),

@@ -199,3 +199,49 @@ pub fn search(r: &proto::SearchResponse) {
         }
     );
 }
+
+/// An exec result: stdout on stdout; stderr, status and outputs on stderr.
+pub fn exec(r: &proto::ExecResult) {
+    print!("{}", r.stdout);
+    if !r.stdout.is_empty() && !r.stdout.ends_with('\n') {
+        println!();
+    }
+    if !r.stderr.is_empty() {
+        eprint!("{}", r.stderr);
+        if !r.stderr.ends_with('\n') {
+            eprintln!();
+        }
+    }
+    let status = proto::ExecStatus::try_from(r.status)
+        .map(|s| s.as_str_name())
+        .unwrap_or("EXEC_STATUS_UNKNOWN");
+    eprintln!("-- {status} (exit {}): {}", r.exit_code, r.message);
+    if let Some(u) = &r.usage {
+        eprintln!(
+            "-- {} ms, peak memory {} bytes, stdout {} bytes",
+            u.wall_ms, u.peak_memory_bytes, u.stdout_bytes
+        );
+    }
+    for c in &r.clamped {
+        eprintln!("-- clamped {c}");
+    }
+    for p in &r.outputs {
+        eprintln!("-- output {} {} ({} bytes)", p.id, p.path, p.size_bytes);
+    }
+}
+
+/// The runtimes on offer.
+pub fn runtimes(r: &proto::ListRuntimesResponse) {
+    for rt in &r.runtimes {
+        let l = rt.default_limits.clone().unwrap_or_default();
+        println!(
+            "{:<11} {}\n            default: {} ms, {} bytes memory, {} bytes stdout\n            {}",
+            rt.name,
+            rt.language_version,
+            l.timeout_ms,
+            l.memory_bytes,
+            l.max_stdout_bytes,
+            rt.description
+        );
+    }
+}

@@ -224,6 +224,9 @@ pub struct ToolResult {
     pub content_type: String,
     /// Error result?
     pub is_error: bool,
+    /// Payloads this result was computed from (a script's inputs), so that
+    /// deleting them deletes it too.
+    pub derived_from: Vec<crate::ids::PayloadId>,
 }
 
 /// What happened to one result.
@@ -435,7 +438,7 @@ fn store_result(
             tool_call_id: r.tool_call_id.clone(),
             is_error: r.is_error,
             expected_sha256: None,
-            derived_from: Vec::new(),
+            derived_from: r.derived_from.clone(),
         },
     )?;
     upload.write(&r.content)?;

@@ -482,6 +482,38 @@ impl Store {
         })
     }
 
+    /// Finds a session's payload by name.
+    pub fn payload_by_name(
+        &self,
+        session: &SessionId,
+        name: &str,
+    ) -> Result<Option<PayloadRecord>> {
+        match self
+            .engine
+            .get(Tree::PayloadNames, &keys::payload_name(session, name))?
+        {
+            Some(raw) => {
+                let id = std::str::from_utf8(&raw)
+                    .ok()
+                    .and_then(|s| PayloadId::parse(s).ok())
+                    .ok_or(StoreError::Corrupt(RecordError::UnknownFormat(
+                        raw.first().copied(),
+                    )))?;
+                self.payload_opt(&id)
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// The directory holding a payload's bytes, and the file's name in it:
+    /// what a sandbox links from.
+    pub fn payload_dir(&self, p: &PayloadRecord) -> Result<Arc<cap_std::fs::Dir>> {
+        if p.missing {
+            return Err(StoreError::DataLoss(p.id.clone()));
+        }
+        Ok(self.blobs.session_dir(&p.session_id)?)
+    }
+
     fn payload_opt(&self, id: &PayloadId) -> Result<Option<PayloadRecord>> {
         match self.engine.get(Tree::Payloads, id.as_str().as_bytes())? {
             Some(raw) => Ok(Some(records::decode(&raw)?)),

@@ -1,0 +1,447 @@
+//! `spillway.v1.CodeMode`: Exec and ListRuntimes.
+//!
+//! The handler resolves the session and inputs through the access table,
+//! resolves limits against the runtime defaults and the policy ceiling, runs
+//! the script in [`crate::sandbox`], then keeps what the contract says:
+//! stdout inline, or offloaded by the usual rules when large; files in `/out`
+//! as payloads derived from the inputs when `keep_outputs` is set.
+
+use std::collections::HashSet;
+use std::io::Read as _;
+
+use tonic::{Request, Response, Status};
+use tracing::instrument;
+
+use super::{AppState, blocking, convert, principal};
+use crate::auth::access::Rpc;
+use crate::error::{ApiError, ApiResult};
+use crate::ids::PayloadId;
+use crate::proto::{self, code_mode_server::CodeMode};
+use crate::sandbox::limits::{self, ExecLimits};
+use crate::sandbox::outcome::{self, INVALID_SCRIPT_MARKER, Status as ExecStatus};
+use crate::sandbox::workdir::ExecInput;
+use crate::sandbox::{ExecSpec, Finished, SandboxError};
+use crate::store::records::{PayloadRecord, SessionRecord, SessionState};
+use crate::store::{Store, StoreError, UploadMeta};
+
+/// Most payloads one exec may read.
+const MAX_INPUTS: usize = 1000;
+/// Most files of `/out` one exec may keep.
+const MAX_OUTPUTS: usize = 100;
+
+/// The CodeMode service.
+#[derive(Debug, Clone)]
+pub struct CodeModeService {
+    state: AppState,
+}
+
+impl CodeModeService {
+    /// Wraps the shared state.
+    pub fn new(state: AppState) -> Self {
+        Self { state }
+    }
+}
+
+#[tonic::async_trait]
+impl CodeMode for CodeModeService {
+    #[instrument(skip_all, fields(session_id, runtime, status))]
+    async fn exec(
+        &self,
+        req: Request<proto::ExecRequest>,
+    ) -> Result<Response<proto::ExecResult>, Status> {
+        let p = principal(&req)?;
+        let r = req.into_inner();
+        let session = self.state.session_for(&p, Rpc::Exec, &r.session_id).await?;
+        let span = tracing::Span::current();
+        span.record("session_id", tracing::field::display(&session.id));
+        span.record("runtime", r.runtime.as_str());
+        let policy = &self.state.config.policy;
+        if !policy.allow_exec {
+            return Err(ApiError::Denied(
+                "code mode is disabled by this server's policy (allow_exec = false); use Read, Search and Inspect instead".into(),
+            )
+            .into());
+        }
+        let sandbox = self.state.sandbox.clone();
+        let defaults = sandbox.defaults(&r.runtime).map_err(ApiError::from)?;
+        if (r.keep_outputs) && session.state != SessionState::Open {
+            return Err(ApiError::Store(StoreError::SessionClosed(session.id.clone())).into());
+        }
+
+        let (inputs, args) = {
+            let store = self.state.store.clone();
+            let (session, ids, runtime, args) = (
+                session.clone(),
+                r.inputs.clone(),
+                r.runtime.clone(),
+                r.args.clone(),
+            );
+            blocking(move || resolve_inputs(&store, &session, &ids, &runtime, args)).await?
+        };
+        let requested = r.limits.map_or(
+            ExecLimits {
+                timeout_ms: 0,
+                memory_bytes: 0,
+                max_stdout_bytes: 0,
+                fuel: 0,
+            },
+            |l| ExecLimits {
+                timeout_ms: l.timeout_ms,
+                memory_bytes: l.memory_bytes,
+                max_stdout_bytes: l.max_stdout_bytes,
+                fuel: l.fuel,
+            },
+        );
+        let ceiling = policy.exec_ceiling;
+        let resolved = limits::resolve(requested, defaults, ceiling);
+        let input_ids: Vec<PayloadId> = inputs.iter().map(|(p, _)| p.id.clone()).collect();
+        let spec = ExecSpec {
+            runtime: r.runtime.clone(),
+            source: r.source,
+            module: r.module,
+            args,
+            inputs: inputs.into_iter().map(|(_, i)| i).collect(),
+            limits: resolved.limits,
+        };
+        let finished = match sandbox.exec(spec).await.map_err(ApiError::from)? {
+            Ok(f) => f,
+            Err(why) => {
+                span.record("status", "invalid_script");
+                return Ok(Response::new(proto::ExecResult {
+                    status: proto::ExecStatus::InvalidScript as i32,
+                    exit_code: -1,
+                    message: format!(
+                        "the module did not load, so nothing ran: {why}. Fix it and run again"
+                    ),
+                    clamped: resolved.clamped,
+                    effective_limits: Some(convert::exec_limits(&resolved.limits)),
+                    ..Default::default()
+                }));
+            }
+        };
+        let verdict = outcome::judge(
+            &r.runtime,
+            finished.image,
+            &finished.outcome,
+            &resolved.limits,
+            &ceiling,
+            sandbox.scratch_limit(),
+        );
+        span.record("status", tracing::field::debug(verdict.status));
+        let reply = self
+            .keep(
+                &session,
+                &r.runtime,
+                r.keep_outputs,
+                input_ids,
+                finished,
+                verdict,
+                resolved,
+            )
+            .await?;
+        Ok(Response::new(reply))
+    }
+
+    async fn list_runtimes(
+        &self,
+        req: Request<proto::ListRuntimesRequest>,
+    ) -> Result<Response<proto::ListRuntimesResponse>, Status> {
+        let p = principal(&req)?;
+        crate::auth::access::authorize(&p, Rpc::ListRuntimes).map_err(ApiError::from)?;
+        let runtimes = self
+            .state
+            .sandbox
+            .runtimes()
+            .into_iter()
+            .map(|r| proto::Runtime {
+                name: r.name,
+                language_version: r.language_version,
+                description: r.description,
+                default_limits: Some(convert::exec_limits(&r.default_limits)),
+                image_sha256: r.sha256,
+            })
+            .collect();
+        Ok(Response::new(proto::ListRuntimesResponse { runtimes }))
+    }
+}
+
+impl CodeModeService {
+    /// Turns a finished run into the reply: stdout inline or offloaded,
+    /// outputs kept or mentioned.
+    #[allow(clippy::too_many_arguments)]
+    async fn keep(
+        &self,
+        session: &SessionRecord,
+        runtime: &str,
+        keep_outputs: bool,
+        inputs: Vec<PayloadId>,
+        finished: Finished,
+        verdict: outcome::Verdict,
+        resolved: limits::Resolved,
+    ) -> ApiResult<proto::ExecResult> {
+        let out = &finished.outcome;
+        let mut message = verdict.message;
+        let mut stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        if verdict.status == ExecStatus::InvalidScript
+            && let Some(rest) = stderr.strip_prefix(INVALID_SCRIPT_MARKER)
+        {
+            stderr = rest.trim_start_matches('\n').to_owned();
+        }
+        let stdout_bytes = out.stdout.len() as u64;
+        let stdout_text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if std::str::from_utf8(&out.stdout).is_err() {
+            message.push_str("; stdout was not valid UTF-8, and invalid bytes are shown as U+FFFD");
+        }
+
+        // Large stdout goes through the offload rules, as a tool result of
+        // its own, derived from the inputs.
+        let store = self.state.store.clone();
+        let config = self.state.config.clone();
+        let sid = session.id.clone();
+        let open = session.state == SessionState::Open;
+        let tool_name = format!("exec:{runtime}");
+        let content = out.stdout.clone();
+        let derived = inputs.clone();
+        let offloaded = if open && !content.is_empty() {
+            blocking(move || {
+                let settings =
+                    crate::offload::Settings::resolve(&config.offload, &Default::default())?;
+                let result = crate::offload::ToolResult {
+                    tool_call_id: String::new(),
+                    tool_name,
+                    content,
+                    content_type: String::new(),
+                    is_error: false,
+                    derived_from: derived,
+                };
+                crate::offload::offload_turn(&store, &sid, vec![result], &settings, 1)
+            })
+            .await?
+            .pop()
+        } else {
+            None
+        };
+        let (stdout, stdout_payload) = match offloaded {
+            Some(o) if o.payload.is_some() => (o.content, o.payload.as_ref().map(convert::payload)),
+            _ => (stdout_text, None),
+        };
+
+        let (files, skipped) = {
+            let work = finished.work.clone();
+            blocking(move || work.out_files().map_err(SandboxError::Io)).await?
+        };
+        let mut outputs = Vec::new();
+        if keep_outputs && !files.is_empty() {
+            if files.len() > MAX_OUTPUTS {
+                message.push_str(&format!(
+                    "; /out held {} files and only the first {MAX_OUTPUTS} (by name) were kept",
+                    files.len()
+                ));
+            }
+            let store = self.state.store.clone();
+            let sid = session.id.clone();
+            let runtime = runtime.to_owned();
+            let kept =
+                blocking(move || keep_outputs_as_payloads(&store, &sid, &runtime, files, &inputs))
+                    .await?;
+            outputs = kept.iter().map(convert::payload).collect();
+        } else if !files.is_empty() {
+            let names: Vec<&str> = files.iter().map(|f| f.name.as_str()).collect();
+            message.push_str(&format!(
+                "; the script wrote {} file(s) to /out ({}) that were discarded: set keep_outputs to keep them as payloads",
+                files.len(),
+                names.join(", ")
+            ));
+        }
+        if !skipped.is_empty() {
+            message.push_str(&format!("; not kept from /out: {}", skipped.join(", ")));
+        }
+        drop(finished.work);
+
+        Ok(proto::ExecResult {
+            status: status_of(verdict.status) as i32,
+            exit_code: verdict.exit_code,
+            stdout,
+            stderr,
+            stdout_payload,
+            outputs,
+            message,
+            usage: Some(proto::ExecUsage {
+                wall_ms: out.wall.as_millis() as u64,
+                fuel_consumed: out.fuel_consumed,
+                peak_memory_bytes: out.peak_memory_bytes,
+                stdout_bytes,
+                stderr_bytes: out.stderr.len() as u64,
+                scratch_bytes: finished.scratch_bytes,
+                queue_ms: finished.queued.as_millis() as u64,
+            }),
+            clamped: resolved.clamped,
+            effective_limits: Some(convert::exec_limits(&resolved.limits)),
+        })
+    }
+}
+
+fn status_of(s: ExecStatus) -> proto::ExecStatus {
+    match s {
+        ExecStatus::Ok => proto::ExecStatus::Ok,
+        ExecStatus::ExitNonzero => proto::ExecStatus::ExitNonzero,
+        ExecStatus::Timeout => proto::ExecStatus::Timeout,
+        ExecStatus::MemoryLimit => proto::ExecStatus::MemoryLimit,
+        ExecStatus::OutputLimit => proto::ExecStatus::OutputLimit,
+        ExecStatus::Trap => proto::ExecStatus::Trap,
+        ExecStatus::InvalidScript => proto::ExecStatus::InvalidScript,
+    }
+}
+
+/// The exec's inputs and the args left for the guest. Inputs come from the
+/// session or its parent; anything else is reported as not found.
+fn resolve_inputs(
+    store: &Store,
+    session: &SessionRecord,
+    ids: &[String],
+    runtime: &str,
+    mut args: Vec<String>,
+) -> ApiResult<(Vec<(PayloadRecord, ExecInput)>, Vec<String>)> {
+    let mut records: Vec<PayloadRecord> = Vec::new();
+    if ids.is_empty() {
+        // jq: `args[0]` may name the input payload, by ID or name.
+        if runtime == "jq"
+            && let Some(first) = args.first()
+            && !first.starts_with('-')
+        {
+            let found = match PayloadId::parse(first) {
+                Ok(id) => store
+                    .payload(&id)
+                    .ok()
+                    .filter(|p| readable_from(session, p)),
+                Err(_) => store.payload_by_name(&session.id, first)?,
+            };
+            match found {
+                Some(p) => {
+                    records.push(p);
+                    args.remove(0);
+                }
+                None if first.starts_with("pl_") => {
+                    return Err(ApiError::Hidden {
+                        kind: "payload",
+                        id: first.clone(),
+                    });
+                }
+                None => {}
+            }
+        }
+        if records.is_empty() {
+            let mut token = String::new();
+            loop {
+                let page = store.list_payloads(&session.id, &token, 500)?;
+                records.extend(page.items.into_iter().filter(|p| !p.missing));
+                if records.len() > MAX_INPUTS {
+                    return Err(too_many_inputs(records.len()));
+                }
+                if page.next_token.is_empty() {
+                    break;
+                }
+                token = page.next_token;
+            }
+        }
+    } else {
+        if ids.len() > MAX_INPUTS {
+            return Err(too_many_inputs(ids.len()));
+        }
+        let mut seen = HashSet::new();
+        for raw in ids {
+            let id = PayloadId::parse(raw)?;
+            if !seen.insert(id.clone()) {
+                continue;
+            }
+            let hidden = || ApiError::Hidden {
+                kind: "payload",
+                id: raw.clone(),
+            };
+            let p = match store.payload(&id) {
+                Ok(p) => p,
+                Err(StoreError::NotFound { .. }) => return Err(hidden()),
+                Err(e) => return Err(e.into()),
+            };
+            if !readable_from(session, &p) {
+                return Err(hidden());
+            }
+            records.push(p);
+        }
+    }
+    let mut out = Vec::with_capacity(records.len());
+    for p in records {
+        let input = ExecInput {
+            id: p.id.to_string(),
+            name: p.name.clone(),
+            size: p.size,
+            content_type: p.content_type.clone(),
+            dir: store.payload_dir(&p)?,
+            file_name: p.name.clone(),
+        };
+        out.push((p, input));
+    }
+    Ok((out, args))
+}
+
+/// A script in `session` may read its own payloads and its parent's.
+fn readable_from(session: &SessionRecord, p: &PayloadRecord) -> bool {
+    p.session_id == session.id || session.parent.as_ref() == Some(&p.session_id)
+}
+
+fn too_many_inputs(n: usize) -> ApiError {
+    ApiError::Limit(format!(
+        "an exec reads at most {MAX_INPUTS} payloads and this one would read {n}; name the ones you need in `inputs`"
+    ))
+}
+
+/// Stores the files of `/out` as payloads derived from the inputs.
+fn keep_outputs_as_payloads(
+    store: &Store,
+    session: &crate::ids::SessionId,
+    runtime: &str,
+    files: Vec<crate::sandbox::workdir::OutFile>,
+    inputs: &[PayloadId],
+) -> Result<Vec<PayloadRecord>, StoreError> {
+    let mut kept = Vec::new();
+    for mut f in files.into_iter().take(MAX_OUTPUTS) {
+        let mut upload = store.begin_upload(
+            session,
+            UploadMeta {
+                name: f.name.clone(),
+                content_type: String::new(),
+                tool_name: format!("exec:{runtime}"),
+                tool_call_id: String::new(),
+                is_error: false,
+                expected_sha256: None,
+                derived_from: inputs.to_vec(),
+            },
+        )?;
+        let mut buf = vec![0u8; 1 << 16];
+        loop {
+            let n = f.file.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            upload.write(&buf[..n])?;
+        }
+        kept.push(upload.finish()?);
+    }
+    Ok(kept)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_exec_status_maps_to_its_proto_value() {
+        for (ours, theirs) in [
+            (ExecStatus::Ok, proto::ExecStatus::Ok),
+            (ExecStatus::Timeout, proto::ExecStatus::Timeout),
+            (ExecStatus::InvalidScript, proto::ExecStatus::InvalidScript),
+        ] {
+            assert_eq!(status_of(ours), theirs);
+        }
+    }
+}

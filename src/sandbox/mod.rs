@@ -1,0 +1,690 @@
+//! Code mode: scripts in a wasmtime sandbox. This is the only module that
+//! names wasmtime.
+//!
+//! - [`engine`]: the engines (pooling, CoW images, epochs; fuel on demand).
+//! - [`images`]: runtime images, their manifests and the compile cache.
+//! - [`workdir`]: the per-exec directory (`/payloads`, `/spillway`, `/tmp`,
+//!   `/out`), built through cap-std.
+//! - [`pipe`]: capped stdout and stderr.
+//! - [`run`]: one run in a fresh store, and how it ended.
+//! - [`limits`]: defaults, ceilings and clamping.
+//! - [`outcome`]: the status and the message for the model.
+//!
+//! Guests run on a dedicated tokio runtime, so a script that spins never
+//! holds a thread the RPC path needs; at most `max_concurrent_execs` run at
+//! once, and at most `max_queued_execs` wait.
+
+pub mod engine;
+pub mod images;
+pub mod limits;
+pub mod outcome;
+pub mod pipe;
+pub mod run;
+pub mod workdir;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use tokio::sync::{OnceCell, Semaphore};
+
+use engine::{PoolSize, TickingEngine};
+use images::{Artifact, Manifest};
+use limits::ExecLimits;
+use run::{Linkers, Prepared, RunOutcome, RunSpec, ScratchLimit};
+use workdir::{ExecInput, WorkDir, WorkRoot};
+
+/// The runtime that runs caller-supplied modules.
+pub const WASM_RUNTIME: &str = "wasm";
+
+/// The `[sandbox]` section.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SandboxConfig {
+    /// Where `make images` put the runtime images and manifests.
+    pub images_dir: PathBuf,
+    /// Compiled-image cache; default `<data_dir>/cache/sandbox`.
+    pub cache_dir: Option<PathBuf>,
+    /// Execs running at once, server-wide.
+    pub max_concurrent_execs: usize,
+    /// Execs waiting for a slot; beyond this, `RESOURCE_EXHAUSTED`.
+    pub max_queued_execs: usize,
+    /// Threads of the runtime that runs guests (default: one per core).
+    pub exec_threads: usize,
+    /// Limits of a `wasm` exec that names none.
+    pub wasm_defaults: ExecLimits,
+    /// Bytes of stderr kept.
+    pub max_stderr_bytes: usize,
+    /// Bytes `/tmp` and `/out` may hold together.
+    pub max_scratch_bytes: u64,
+    /// Files and directories `/tmp` and `/out` may hold together.
+    pub max_scratch_entries: u64,
+    /// Largest script source.
+    pub max_source_bytes: usize,
+    /// Largest caller-supplied module.
+    pub max_module_bytes: usize,
+    /// Largest argument list, in bytes.
+    pub max_args_bytes: usize,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        Self {
+            images_dir: PathBuf::from("./sandbox-images"),
+            cache_dir: None,
+            max_concurrent_execs: 8,
+            max_queued_execs: 64,
+            exec_threads: 0,
+            wasm_defaults: ExecLimits::DEFAULTS,
+            max_stderr_bytes: 256 << 10,
+            max_scratch_bytes: 256 << 20,
+            max_scratch_entries: 10_000,
+            max_source_bytes: 1 << 20,
+            max_module_bytes: 32 << 20,
+            max_args_bytes: 64 << 10,
+        }
+    }
+}
+
+/// Sandbox failures that are not a script's own (those are results).
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// A runtime image is missing or broken.
+    #[error("runtime image {name} is unavailable: {why}")]
+    Image {
+        /// Image name.
+        name: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// No such runtime.
+    #[error("unknown runtime {0:?}; use one of: {1}")]
+    UnknownRuntime(String, String),
+    /// Every slot is busy and the queue is full.
+    #[error(
+        "code mode is at capacity: {running} scripts are running and {queued} are waiting (limits sandbox.max_concurrent_execs and sandbox.max_queued_execs); retry in a few seconds"
+    )]
+    Busy {
+        /// Running execs.
+        running: usize,
+        /// Waiting execs.
+        queued: usize,
+    },
+    /// A request field is too large.
+    #[error("{what} is {size} bytes, over the limit of {limit} bytes (sandbox.{key}); {hint}")]
+    TooLarge {
+        /// The field.
+        what: &'static str,
+        /// Its size.
+        size: usize,
+        /// The limit.
+        limit: usize,
+        /// The config key.
+        key: &'static str,
+        /// What to do.
+        hint: &'static str,
+    },
+    /// The request is malformed.
+    #[error("{0}")]
+    BadRequest(String),
+    /// The sandbox could not be set up (host-side failure).
+    #[error("could not set up the sandbox: {0}")]
+    Setup(String),
+    /// Host I/O.
+    #[error("sandbox I/O: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// One exec, as the API layer hands it over.
+#[derive(Debug, Clone)]
+pub struct ExecSpec {
+    /// Runtime name.
+    pub runtime: String,
+    /// Script source, or WAT text.
+    pub source: String,
+    /// A binary module or component (runtime `wasm`).
+    pub module: Bytes,
+    /// Arguments after argv[0].
+    pub args: Vec<String>,
+    /// Inputs, in order.
+    pub inputs: Vec<ExecInput>,
+    /// Resolved limits.
+    pub limits: ExecLimits,
+}
+
+/// A finished exec: the run, and the directory holding `/out` until the
+/// caller has kept what it wants.
+pub struct Finished {
+    /// The run.
+    pub outcome: RunOutcome,
+    /// The exec directory (removed on drop).
+    pub work: Arc<WorkDir>,
+    /// Time spent waiting for a slot.
+    pub queued: Duration,
+    /// `/tmp` plus `/out` usage at exit.
+    pub scratch_bytes: u64,
+    /// Whether the runtime is a built-in image (exit codes 2 and 3 mean
+    /// invalid arguments or script).
+    pub image: bool,
+}
+
+/// A runtime, as ListRuntimes shows it.
+#[derive(Debug, Clone)]
+pub struct RuntimeInfo {
+    /// Name requests use.
+    pub name: String,
+    /// Language and version.
+    pub language_version: String,
+    /// For an LLM choosing a runtime.
+    pub description: String,
+    /// Default limits.
+    pub default_limits: ExecLimits,
+    /// Image hash (empty for `wasm`).
+    pub sha256: String,
+}
+
+struct Image {
+    manifest: Manifest,
+    artifact: PathBuf,
+    main: OnceCell<Arc<Prepared>>,
+    fueled: OnceCell<Arc<Prepared>>,
+}
+
+struct Fuel {
+    engine: TickingEngine,
+    linkers: Linkers,
+}
+
+/// Caller modules compiled recently, by sha256 and engine.
+const MODULE_CACHE: usize = 32;
+
+/// The sandbox: engines, images, slots and the exec runtime.
+pub struct Sandbox {
+    cfg: SandboxConfig,
+    cache_dir: PathBuf,
+    main: TickingEngine,
+    linkers: Linkers,
+    fuel: OnceCell<Arc<Fuel>>,
+    images: HashMap<String, Arc<Image>>,
+    missing: HashMap<String, String>,
+    work: WorkRoot,
+    slots: Arc<Semaphore>,
+    waiting: AtomicUsize,
+    modules: Mutex<HashMap<(String, bool), Arc<Prepared>>>,
+    runtime: Option<tokio::runtime::Runtime>,
+    seq: AtomicUsize,
+}
+
+impl std::fmt::Debug for Sandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sandbox")
+            .field("images", &self.images.keys().collect::<Vec<_>>())
+            .field("missing", &self.missing)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sandbox {
+    /// Builds the engine, loads the image manifests (a missing image makes
+    /// its runtime unavailable, with the reason), and clears leftovers of
+    /// earlier execs. `ceiling` sizes the memory pool.
+    pub fn open(
+        cfg: SandboxConfig,
+        data_dir: &Path,
+        ceiling: ExecLimits,
+    ) -> Result<Self, SandboxError> {
+        let concurrent = cfg.max_concurrent_execs.max(1);
+        let main = TickingEngine::pooled(PoolSize {
+            concurrent: u32::try_from(concurrent).unwrap_or(u32::MAX),
+            max_memory_bytes: ceiling.memory_bytes,
+        })
+        .map_err(|e| SandboxError::Setup(format!("engine: {e}")))?;
+        let linkers =
+            Linkers::new(main.engine()).map_err(|e| SandboxError::Setup(format!("linker: {e}")))?;
+        let mut images = HashMap::new();
+        let mut missing = HashMap::new();
+        for name in images::RUNTIMES {
+            match images::load_manifest(&cfg.images_dir, name) {
+                Ok((manifest, artifact)) => {
+                    images.insert(
+                        manifest.runtime.clone(),
+                        Arc::new(Image {
+                            manifest,
+                            artifact,
+                            main: OnceCell::new(),
+                            fueled: OnceCell::new(),
+                        }),
+                    );
+                }
+                Err(e) => {
+                    tracing::warn!(runtime = name, error = %e, "runtime unavailable");
+                    missing.insert((*name).to_owned(), e.to_string());
+                }
+            }
+        }
+        let threads = match cfg.exec_threads {
+            0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
+            n => n,
+        };
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .thread_name("sandbox-exec")
+            .enable_time()
+            .build()?;
+        let cache_dir = cfg
+            .cache_dir
+            .clone()
+            .unwrap_or_else(|| data_dir.join("cache").join("sandbox"));
+        Ok(Self {
+            slots: Arc::new(Semaphore::new(concurrent)),
+            work: WorkRoot::open(data_dir)?,
+            cache_dir,
+            main,
+            linkers,
+            fuel: OnceCell::new(),
+            images,
+            missing,
+            waiting: AtomicUsize::new(0),
+            modules: Mutex::new(HashMap::new()),
+            runtime: Some(runtime),
+            seq: AtomicUsize::new(0),
+            cfg,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SandboxConfig {
+        &self.cfg
+    }
+
+    /// Compiles (or loads from the cache) every image in the background, so
+    /// the first exec of each does not pay for it.
+    pub fn warm_up(self: &Arc<Self>) {
+        for image in self.images.values() {
+            let this = self.clone();
+            let image = image.clone();
+            self.handle().spawn(async move {
+                if let Err(e) = this.prepared_image(&image, false).await {
+                    tracing::warn!(runtime = %image.manifest.runtime, error = %e, "image warm-up failed");
+                }
+            });
+        }
+    }
+
+    /// Waits until every image is compiled (tests and benches).
+    pub async fn ready(&self) -> Result<(), SandboxError> {
+        for image in self.images.values() {
+            self.prepared_image(image, false).await?;
+        }
+        Ok(())
+    }
+
+    /// The runtimes on offer.
+    pub fn runtimes(&self) -> Vec<RuntimeInfo> {
+        let mut out: Vec<RuntimeInfo> = self
+            .images
+            .values()
+            .map(|i| RuntimeInfo {
+                name: i.manifest.runtime.clone(),
+                language_version: i.manifest.language_version.clone(),
+                description: i.manifest.description.clone(),
+                default_limits: i.manifest.default_limits,
+                sha256: i.manifest.sha256.clone(),
+            })
+            .collect();
+        out.sort_by_key(|r| images::RUNTIMES.iter().position(|n| *n == r.name));
+        out.push(RuntimeInfo {
+            name: WASM_RUNTIME.to_owned(),
+            language_version: format!("WASI preview1 modules and wasi:cli/command components (wasmtime {})", wasmtime_version()),
+            description: "Your own WebAssembly: a WASI command module as bytes (`module`) or WAT text (`source`), or a wasi:cli/command component. Inputs are under /payloads, scratch in /tmp, outputs in /out.".to_owned(),
+            default_limits: self.cfg.wasm_defaults,
+            sha256: String::new(),
+        });
+        out
+    }
+
+    /// Default limits of a runtime; an error names the runtimes on offer.
+    pub fn defaults(&self, runtime: &str) -> Result<ExecLimits, SandboxError> {
+        if runtime == WASM_RUNTIME {
+            return Ok(self.cfg.wasm_defaults);
+        }
+        match self.images.get(runtime) {
+            Some(i) => Ok(i.manifest.default_limits),
+            None => Err(self.unknown(runtime)),
+        }
+    }
+
+    fn unknown(&self, runtime: &str) -> SandboxError {
+        if let Some(why) = self.missing.get(runtime) {
+            return SandboxError::Image {
+                name: runtime.to_owned(),
+                why: why.clone(),
+            };
+        }
+        let names: Vec<String> = self.runtimes().into_iter().map(|r| r.name).collect();
+        SandboxError::UnknownRuntime(runtime.to_owned(), names.join(", "))
+    }
+
+    /// Validates sizes before anything is queued.
+    pub fn check_request(&self, spec: &ExecSpec) -> Result<(), SandboxError> {
+        let c = &self.cfg;
+        if spec.source.len() > c.max_source_bytes {
+            return Err(SandboxError::TooLarge {
+                what: "source",
+                size: spec.source.len(),
+                limit: c.max_source_bytes,
+                key: "max_source_bytes",
+                hint: "keep scripts small and read data from /payloads instead of embedding it",
+            });
+        }
+        if spec.module.len() > c.max_module_bytes {
+            return Err(SandboxError::TooLarge {
+                what: "module",
+                size: spec.module.len(),
+                limit: c.max_module_bytes,
+                key: "max_module_bytes",
+                hint: "build the module in release mode and strip it",
+            });
+        }
+        let args: usize = spec.args.iter().map(|a| a.len() + 1).sum();
+        if args > c.max_args_bytes {
+            return Err(SandboxError::TooLarge {
+                what: "args",
+                size: args,
+                limit: c.max_args_bytes,
+                key: "max_args_bytes",
+                hint: "put large values in a payload and read it from /payloads",
+            });
+        }
+        if spec.runtime == WASM_RUNTIME {
+            if spec.module.is_empty() == spec.source.trim().is_empty() {
+                return Err(SandboxError::BadRequest(
+                    "runtime wasm needs exactly one of `module` (binary) or `source` (WAT text)"
+                        .into(),
+                ));
+            }
+        } else {
+            self.defaults(&spec.runtime)?;
+            if !spec.module.is_empty() {
+                return Err(SandboxError::BadRequest(format!(
+                    "`module` is only for runtime wasm; runtime {} takes its script in `source`",
+                    spec.runtime
+                )));
+            }
+            if spec.source.trim().is_empty() {
+                return Err(SandboxError::BadRequest(format!(
+                    "`source` is empty: give the {} script to run",
+                    spec.runtime
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs one exec: waits for a slot (or fails fast when the queue is
+    /// full), builds its directory, runs it on the exec runtime.
+    pub async fn exec(
+        self: &Arc<Self>,
+        spec: ExecSpec,
+    ) -> Result<Result<Finished, String>, SandboxError> {
+        self.check_request(&spec)?;
+        let asked = Instant::now();
+        let permit = {
+            let waiting = self.waiting.fetch_add(1, Ordering::AcqRel);
+            let guard = Waiting(&self.waiting);
+            if self.slots.available_permits() == 0 && waiting >= self.cfg.max_queued_execs {
+                drop(guard);
+                return Err(SandboxError::Busy {
+                    running: self.cfg.max_concurrent_execs,
+                    queued: waiting,
+                });
+            }
+            let permit = self
+                .slots
+                .clone()
+                .acquire_owned()
+                .await
+                .map_err(|_| SandboxError::Setup("the sandbox is shutting down".into()))?;
+            drop(guard);
+            permit
+        };
+        let queued = asked.elapsed();
+        let this = self.clone();
+        let task = self.handle().spawn(async move {
+            let _permit = permit;
+            this.exec_now(spec, queued).await
+        });
+        match task.await {
+            Ok(r) => r,
+            Err(e) => Err(SandboxError::Setup(format!("exec task failed: {e}"))),
+        }
+    }
+
+    async fn exec_now(
+        &self,
+        spec: ExecSpec,
+        queued: Duration,
+    ) -> Result<Result<Finished, String>, SandboxError> {
+        let fuel = spec.limits.fuel > 0;
+        let image = spec.runtime != WASM_RUNTIME;
+        let prepared = if image {
+            let img = self
+                .images
+                .get(&spec.runtime)
+                .ok_or_else(|| self.unknown(&spec.runtime))?;
+            self.prepared_image(img, fuel).await?
+        } else {
+            match self
+                .prepared_module(&spec.source, &spec.module, fuel)
+                .await?
+            {
+                Ok(p) => p,
+                Err(why) => return Ok(Err(why)),
+            }
+        };
+        let id = format!(
+            "x{}-{}",
+            std::process::id(),
+            self.seq.fetch_add(1, Ordering::Relaxed)
+        );
+        let script = if image { spec.source.as_str() } else { "" };
+        let work = Arc::new(self.work.create(&id, &spec.inputs, script)?);
+        let mut argv = Vec::with_capacity(spec.args.len() + 1);
+        argv.push(if image {
+            spec.runtime.clone()
+        } else {
+            "main".to_owned()
+        });
+        argv.extend(spec.args.iter().cloned());
+        let scratch = self.scratch_limit();
+        let run_spec = RunSpec {
+            argv,
+            limits: spec.limits,
+            max_stderr_bytes: self.cfg.max_stderr_bytes,
+            scratch,
+        };
+        let engine = if fuel {
+            self.fuel_engine().await?.engine.engine().clone()
+        } else {
+            self.main.engine().clone()
+        };
+        let outcome = run::run(&engine, &prepared, work.clone(), run_spec).await?;
+        let scratch_bytes = work.usage(scratch.entries).map(|u| u.bytes).unwrap_or(0);
+        Ok(Ok(Finished {
+            outcome,
+            work,
+            queued,
+            scratch_bytes,
+            image,
+        }))
+    }
+
+    /// The `/tmp` plus `/out` caps.
+    pub fn scratch_limit(&self) -> ScratchLimit {
+        ScratchLimit {
+            bytes: self.cfg.max_scratch_bytes,
+            entries: self.cfg.max_scratch_entries,
+        }
+    }
+
+    fn handle(&self) -> tokio::runtime::Handle {
+        self.runtime
+            .as_ref()
+            .expect("the exec runtime lives as long as the sandbox")
+            .handle()
+            .clone()
+    }
+
+    async fn fuel_engine(&self) -> Result<Arc<Fuel>, SandboxError> {
+        self.fuel
+            .get_or_try_init(|| async {
+                let engine = TickingEngine::fueled()
+                    .map_err(|e| SandboxError::Setup(format!("fuel engine: {e}")))?;
+                let linkers = Linkers::new(engine.engine())
+                    .map_err(|e| SandboxError::Setup(format!("linker: {e}")))?;
+                Ok(Arc::new(Fuel { engine, linkers }))
+            })
+            .await
+            .cloned()
+    }
+
+    async fn prepared_image(
+        &self,
+        image: &Arc<Image>,
+        fuel: bool,
+    ) -> Result<Arc<Prepared>, SandboxError> {
+        let cell = if fuel { &image.fueled } else { &image.main };
+        cell.get_or_try_init(|| async {
+            let fuel_engine = if fuel {
+                Some(self.fuel_engine().await?)
+            } else {
+                None
+            };
+            let (engine, linkers) = match &fuel_engine {
+                Some(f) => (&f.engine, &f.linkers),
+                None => (&self.main, &self.linkers),
+            };
+            let img = image.clone();
+            let cache_dir = self.cache_dir.clone();
+            let compiled = {
+                let engine_ref = engine;
+                // Compilation is CPU-bound: run it where blocking is fine.
+                tokio::task::block_in_place(|| {
+                    images::compile_cached(engine_ref, &img.manifest, &img.artifact, &cache_dir)
+                })?
+            };
+            let prepared = linkers
+                .prepare(&compiled)
+                .map_err(|e| SandboxError::Image {
+                    name: image.manifest.name.clone(),
+                    why: format!("does not link against WASI: {e}"),
+                })?;
+            Ok(Arc::new(prepared))
+        })
+        .await
+        .cloned()
+    }
+
+    /// Compiles a caller's module or WAT; `Ok(Err(why))` when it does not
+    /// compile or link (an invalid script, reported as a result).
+    async fn prepared_module(
+        &self,
+        source: &str,
+        module: &Bytes,
+        fuel: bool,
+    ) -> Result<Result<Arc<Prepared>, String>, SandboxError> {
+        let bytes: &[u8] = if module.is_empty() {
+            source.as_bytes()
+        } else {
+            module
+        };
+        let key = (hex::encode(Sha256::digest(bytes)), fuel);
+        if let Some(p) = self.lock_modules().get(&key) {
+            return Ok(Ok(p.clone()));
+        }
+        let fuel_engine = if fuel {
+            Some(self.fuel_engine().await?)
+        } else {
+            None
+        };
+        let (engine, linkers) = match &fuel_engine {
+            Some(f) => (&f.engine, &f.linkers),
+            None => (&self.main, &self.linkers),
+        };
+        let compiled = tokio::task::block_in_place(|| {
+            if is_component(bytes) {
+                wasmtime::component::Component::new(engine.engine(), bytes).map(Artifact::Component)
+            } else {
+                wasmtime::Module::new(engine.engine(), bytes).map(Artifact::Module)
+            }
+        });
+        let prepared = match compiled.and_then(|a| linkers.prepare(&a)) {
+            Ok(p) => Arc::new(p),
+            Err(e) => return Ok(Err(format!("{e:#}"))),
+        };
+        let mut cache = self.lock_modules();
+        if cache.len() >= MODULE_CACHE {
+            cache.clear();
+        }
+        cache.insert(key, prepared.clone());
+        Ok(Ok(prepared))
+    }
+
+    fn lock_modules(&self) -> std::sync::MutexGuard<'_, HashMap<(String, bool), Arc<Prepared>>> {
+        self.modules.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        // Dropping a runtime inside an async context panics; this does not
+        // wait for guests, which the epoch deadline ends anyway.
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Whether bytes are a component: binary layer 1, or WAT `(component`.
+fn is_component(bytes: &[u8]) -> bool {
+    if bytes.starts_with(b"\0asm") {
+        return bytes.get(6..8) == Some(&[1, 0]);
+    }
+    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(4096)]);
+    let mut rest = text.trim_start();
+    // Skip line comments before the first form.
+    while let Some(r) = rest.strip_prefix(";;") {
+        rest = r.split_once('\n').map_or("", |x| x.1).trim_start();
+    }
+    rest.starts_with("(component")
+}
+
+fn wasmtime_version() -> &'static str {
+    "48"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn components_are_told_apart_from_modules() {
+        assert!(is_component(b"\0asm\x0d\0\x01\0"));
+        assert!(!is_component(b"\0asm\x01\0\0\0"));
+        assert!(is_component(b";; a comment\n  (component)"));
+        assert!(!is_component(b"(module (func))"));
+    }
+}
