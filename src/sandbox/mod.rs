@@ -56,6 +56,9 @@ pub struct SandboxConfig {
     pub max_queued_execs: usize,
     /// Threads of the runtime that runs guests (default: one per core).
     pub exec_threads: usize,
+    /// Nice value of those threads (Linux, 0–19): spinning scripts then
+    /// yield the CPU to the RPC threads (default 10).
+    pub exec_nice: i32,
     /// Limits of a `wasm` exec that names none.
     pub wasm_defaults: ExecLimits,
     /// Bytes of stderr kept.
@@ -80,6 +83,7 @@ impl Default for SandboxConfig {
             max_concurrent_execs: 8,
             max_queued_execs: 64,
             exec_threads: 0,
+            exec_nice: 10,
             wasm_defaults: ExecLimits::DEFAULTS,
             max_stderr_bytes: 256 << 10,
             max_scratch_bytes: 256 << 20,
@@ -216,6 +220,9 @@ pub struct Sandbox {
     slots: Arc<Semaphore>,
     waiting: AtomicUsize,
     modules: Mutex<HashMap<(String, bool), Arc<Prepared>>>,
+    /// One caller-module compile at a time: concurrent execs of the same
+    /// new module then compile it once, and compiles cannot pile up.
+    compiling: tokio::sync::Mutex<()>,
     runtime: Option<tokio::runtime::Runtime>,
     seq: AtomicUsize,
 }
@@ -263,7 +270,11 @@ impl Sandbox {
                 }
                 Err(e) => {
                     tracing::warn!(runtime = name, error = %e, "runtime unavailable");
-                    missing.insert((*name).to_owned(), e.to_string());
+                    let why = match e {
+                        SandboxError::Image { why, .. } => why,
+                        other => other.to_string(),
+                    };
+                    missing.insert((*name).to_owned(), why);
                 }
             }
         }
@@ -271,9 +282,11 @@ impl Sandbox {
             0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
             n => n,
         };
+        let nice = cfg.exec_nice.clamp(0, 19);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads)
             .thread_name("sandbox-exec")
+            .on_thread_start(move || lower_priority(nice))
             .enable_time()
             .build()?;
         let cache_dir = cfg
@@ -291,6 +304,7 @@ impl Sandbox {
             missing,
             waiting: AtomicUsize::new(0),
             modules: Mutex::new(HashMap::new()),
+            compiling: tokio::sync::Mutex::new(()),
             runtime: Some(runtime),
             seq: AtomicUsize::new(0),
             cfg,
@@ -607,6 +621,10 @@ impl Sandbox {
         if let Some(p) = self.lock_modules().get(&key) {
             return Ok(Ok(p.clone()));
         }
+        let _compiling = self.compiling.lock().await;
+        if let Some(p) = self.lock_modules().get(&key) {
+            return Ok(Ok(p.clone()));
+        }
         let fuel_engine = if fuel {
             Some(self.fuel_engine().await?)
         } else {
@@ -647,6 +665,21 @@ impl Drop for Sandbox {
         if let Some(rt) = self.runtime.take() {
             rt.shutdown_background();
         }
+    }
+}
+
+/// Lowers the calling thread's scheduling priority. On Linux,
+/// `setpriority(PRIO_PROCESS, 0, …)` applies to the calling thread only.
+fn lower_priority(nice: i32) {
+    if nice == 0 {
+        return;
+    }
+    // SAFETY: a plain syscall on the calling thread; failure only leaves
+    // the priority as it was.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) };
+    if rc != 0 {
+        tracing::debug!(nice, "could not lower the exec thread's priority");
     }
 }
 

@@ -19,7 +19,7 @@ use super::pipe::{CappedPipe, OutputLimit};
 use super::workdir::{Mount, Usage, WorkDir};
 
 /// Check `/tmp` and `/out` every this many epoch ticks.
-const SCRATCH_CHECK_TICKS: u32 = 10;
+const SCRATCH_CHECK_TICKS: u32 = 2;
 /// Largest table a guest may grow to (elements).
 const MAX_TABLE_ELEMENTS: usize = 1 << 20;
 /// How long past its deadline a guest blocked in a host call is given

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use spillway::auth::Role;
 use spillway::config::{Config, EngineKind, TokenConfig};
 use spillway::proto::{
-    self, payloads_client::PayloadsClient, sessions_client::SessionsClient, upload_chunk::Chunk,
+    self, code_mode_client::CodeModeClient, payloads_client::PayloadsClient,
+    sessions_client::SessionsClient, upload_chunk::Chunk,
 };
 use tokio::sync::oneshot;
 use tonic::service::interceptor::InterceptedService;
@@ -112,6 +113,34 @@ pub trait Connect {
         PayloadsClient::with_interceptor(self.channel().await, Bearer(Some(token.into())))
             .max_decoding_message_size(64 << 20)
     }
+
+    async fn codemode(&self, token: &str) -> CodeModeClient<Svc> {
+        CodeModeClient::with_interceptor(self.channel().await, Bearer(Some(token.into())))
+            .max_decoding_message_size(64 << 20)
+            .max_encoding_message_size(64 << 20)
+    }
+}
+
+/// The runtime images `make images` builds.
+pub fn images_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("sandbox-images")
+}
+
+/// One compile cache for every test server of a run (and across runs), so
+/// each image is compiled once, not once per test.
+pub fn compile_cache() -> PathBuf {
+    images_dir().join("build").join("compile-cache")
+}
+
+/// The probe guest (`guest/probe`), as module bytes.
+pub fn probe_module() -> Vec<u8> {
+    let path = images_dir().join("probe.wasm");
+    std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; run `make images` first (make test does)",
+            path.display()
+        )
+    })
 }
 
 impl Connect for TestServer {
@@ -147,6 +176,8 @@ impl TestServer {
         };
         config.store.engine = engine();
         config.auth.tokens = cast_tokens();
+        config.sandbox.images_dir = images_dir();
+        config.sandbox.cache_dir = Some(compile_cache());
         adjust(&mut config);
         Self::start_in(dir, config).await
     }
@@ -313,7 +344,11 @@ pub fn free_port() -> u16 {
 
 /// Writes a config file with the cast's tokens.
 pub fn write_config(dir: &Path) -> PathBuf {
-    let mut text = String::new();
+    let mut text = format!(
+        "[sandbox]\nimages_dir = {:?}\ncache_dir = {:?}\n\n",
+        images_dir(),
+        compile_cache()
+    );
     for (token, principal, tenant, roles) in CAST {
         let roles: Vec<String> = roles.iter().map(|r| format!("\"{}\"", r.name())).collect();
         text.push_str(&format!(

@@ -2,6 +2,7 @@
 //! real servers on loopback.
 
 mod cli;
+mod codemode;
 mod common;
 mod context;
 mod crash;

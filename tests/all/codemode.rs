@@ -1,0 +1,730 @@
+//! CodeMode: the four runtimes against a 50 MB payload, escapes, limits,
+//! concurrency and the result contract.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use spillway::proto::{self, ExecStatus};
+use tonic::Code;
+
+use crate::common::*;
+
+fn exec(session: &str, runtime: &str, source: &str) -> proto::ExecRequest {
+    proto::ExecRequest {
+        session_id: session.into(),
+        runtime: runtime.into(),
+        source: source.into(),
+        ..Default::default()
+    }
+}
+
+fn probe(session: &str, args: &[&str]) -> proto::ExecRequest {
+    proto::ExecRequest {
+        session_id: session.into(),
+        runtime: "wasm".into(),
+        module: probe_module().into(),
+        args: args.iter().map(|a| a.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+fn limits(timeout_ms: u64, memory_bytes: u64, max_stdout_bytes: u64) -> Option<proto::ExecLimits> {
+    Some(proto::ExecLimits {
+        timeout_ms,
+        memory_bytes,
+        max_stdout_bytes,
+        fuel: 0,
+    })
+}
+
+fn status(r: &proto::ExecResult) -> ExecStatus {
+    ExecStatus::try_from(r.status).unwrap()
+}
+
+async fn session_with(server: &TestServer, name: &str, data: &[u8]) -> (String, proto::Payload) {
+    let s = create_session(server, ALICE).await;
+    let p = upload(&mut server.payloads(ALICE).await, header(&s.id, name), data)
+        .await
+        .unwrap();
+    (s.id, p)
+}
+
+#[tokio::test]
+async fn list_runtimes_offers_jq_javascript_python_and_wasm_with_defaults() {
+    let server = TestServer::start().await;
+    let r = server
+        .codemode(ALICE)
+        .await
+        .list_runtimes(proto::ListRuntimesRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let names: Vec<&str> = r.runtimes.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["jq", "javascript", "python", "wasm"],
+        "run `make images` if images are missing"
+    );
+    for rt in &r.runtimes {
+        let l = rt.default_limits.clone().unwrap();
+        assert_eq!(
+            (l.timeout_ms, l.memory_bytes),
+            (30_000, 512 << 20),
+            "{}",
+            rt.name
+        );
+        assert!(!rt.description.is_empty() && !rt.language_version.is_empty());
+    }
+}
+
+#[tokio::test]
+async fn every_escape_attempt_is_refused_and_the_payload_is_unchanged() {
+    let server = TestServer::start().await;
+    let data = br#"{"secret": "payload bytes"}"#;
+    let (sid, p) = session_with(&server, "target.json", data).await;
+    let r = server
+        .codemode(ALICE)
+        .await
+        .exec(probe(&sid, &["escape", "target.json"]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(status(&r), ExecStatus::Ok, "{r:?}");
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    assert_eq!(lines.len(), 22, "{}", r.stdout);
+    for line in &lines {
+        assert!(line.contains(" refused "), "escape succeeded: {line}");
+    }
+    let back = download(&mut server.payloads(ALICE).await, &p.id).await;
+    assert_eq!(back.unwrap(), data);
+    // Nothing the probe tried left a file in the session directory.
+    assert_eq!(
+        session_files(&server.data_dir(), &sid),
+        vec!["target.json".to_owned()]
+    );
+}
+
+#[tokio::test]
+async fn scripts_cannot_reach_the_host_environment_files_or_network() {
+    let server = TestServer::start().await;
+    let (sid, _) = session_with(&server, "d.json", b"[1]").await;
+    let mut c = server.codemode(ALICE).await;
+    let py = c
+        .exec(exec(
+            &sid,
+            "python",
+            r#"
+import os, socket
+out = []
+for path in ["/etc/passwd", "/payloads/../../etc/passwd", "/tmp/../../etc/passwd"]:
+    try:
+        open(path).read(); out.append("ALLOWED " + path)
+    except OSError as e:
+        out.append("refused " + path)
+out.append("env " + str(len(os.environ)))
+try:
+    socket.create_connection(("127.0.0.1", 22), timeout=2); out.append("ALLOWED socket")
+except OSError:
+    out.append("refused socket")
+try:
+    open("/payloads/d.json", "w"); out.append("ALLOWED write")
+except OSError:
+    out.append("refused write")
+print("\n".join(out))
+"#,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(status(&py), ExecStatus::Ok, "{py:?}");
+    assert!(!py.stdout.contains("ALLOWED"), "{}", py.stdout);
+    assert!(py.stdout.contains("env 0"), "{}", py.stdout);
+    assert_eq!(py.stdout.matches("refused").count(), 5, "{}", py.stdout);
+
+    let js = c
+        .exec(exec(
+            &sid,
+            "javascript",
+            r#"
+const out = [];
+for (const p of ["/etc/passwd", "/payloads/../../etc/passwd"]) {
+  try { readText(p); out.push("ALLOWED " + p); } catch (e) { out.push("refused " + p); }
+}
+try { writeOut("../payloads/d.json", "x"); out.push("ALLOWED writeOut"); } catch (e) { out.push("refused writeOut"); }
+console.log(out.join("\n"));
+"#,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(status(&js), ExecStatus::Ok, "{js:?}");
+    assert!(!js.stdout.contains("ALLOWED"), "{}", js.stdout);
+    assert_eq!(js.stdout.matches("refused").count(), 3, "{}", js.stdout);
+}
+
+#[tokio::test]
+async fn another_sessions_payload_is_not_found_by_id_or_path() {
+    let server = TestServer::start().await;
+    let (mine, _) = session_with(&server, "mine.json", b"[1]").await;
+    let (_, theirs) = session_with(&server, "theirs.json", b"[2]").await;
+    let mut c = server.codemode(ALICE).await;
+    let mut req = exec(&mine, "jq", ".");
+    req.inputs = vec![theirs.id.clone()];
+    let err = c.exec(req).await.unwrap_err();
+    assert_eq!(err.code(), Code::NotFound, "{err:?}");
+    assert!(err.message().contains(&theirs.id));
+    // By path: only the session's own payloads are under /payloads.
+    let r = c
+        .exec(exec(
+            &mine,
+            "python",
+            &format!(
+                "import os\nprint(sorted(os.listdir('/payloads')))\ntry:\n    open('/payloads/{}')\n    print('ALLOWED')\nexcept OSError:\n    print('refused')",
+                theirs.id
+            ),
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        r.stdout.contains("refused") && !r.stdout.contains("theirs"),
+        "{r:?}"
+    );
+    // Another tenant cannot exec in the session at all.
+    let err = server
+        .codemode(MALLORY)
+        .await
+        .exec(exec(&mine, "jq", "."))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+}
+
+#[tokio::test]
+async fn an_infinite_loop_stops_within_the_timeout_plus_half_a_second() {
+    let server = TestServer::start().await;
+    let (sid, _) = session_with(&server, "d.json", b"[1]").await;
+    let mut c = server.codemode(ALICE).await;
+    for (runtime, source) in [
+        ("jq", "def f: f; f"),
+        ("javascript", "for (;;) {}"),
+        ("python", "while True:\n    pass"),
+        ("wasm", "(module (func (export \"_start\") (loop br 0)))"),
+    ] {
+        let mut req = exec(&sid, runtime, source);
+        req.limits = limits(1000, 0, 0);
+        let started = Instant::now();
+        let r = c.exec(req).await.unwrap().into_inner();
+        let took = started.elapsed();
+        assert_eq!(status(&r), ExecStatus::Timeout, "{runtime}: {r:?}");
+        assert!(
+            took < Duration::from_millis(1500),
+            "{runtime} took {took:?}"
+        );
+        assert!(
+            r.message.starts_with("timed out after 1 s"),
+            "{}",
+            r.message
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_memory_bomb_is_stopped_at_its_limit() {
+    let server = TestServer::start().await;
+    let (sid, _) = session_with(&server, "d.json", b"[1]").await;
+    let mut c = server.codemode(ALICE).await;
+    let cap = 128u64 << 20;
+    for (runtime, req) in [
+        ("wasm", probe(&sid, &["alloc"])),
+        (
+            "javascript",
+            exec(
+                &sid,
+                "javascript",
+                "const a = []; for (;;) a.push(new Array(1e6).fill(7));",
+            ),
+        ),
+        (
+            "python",
+            exec(
+                &sid,
+                "python",
+                "a = []\nwhile True:\n    a.append(bytearray(16 << 20))",
+            ),
+        ),
+        (
+            "jq",
+            exec(
+                &sid,
+                "jq",
+                "[limit(100000000; repeat(\"xxxxxxxxxxxxxxxx\"))] | length",
+            ),
+        ),
+    ] {
+        let mut req = req;
+        req.limits = limits(20_000, cap, 0);
+        let r = c.exec(req).await.unwrap().into_inner();
+        assert_eq!(status(&r), ExecStatus::MemoryLimit, "{runtime}: {r:?}");
+        let peak = r.usage.unwrap().peak_memory_bytes;
+        assert!(peak <= cap, "{runtime}: peak {peak}");
+        assert!(
+            r.message.contains("memory limit of 128 MiB"),
+            "{}",
+            r.message
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_stdout_flood_is_capped_stopped_and_offloaded() {
+    let server = TestServer::start().await;
+    let (sid, _) = session_with(&server, "d.json", b"[1]").await;
+    let mut c = server.codemode(ALICE).await;
+    // Unstopped, these would print gigabytes.
+    for (runtime, req) in [
+        ("wasm", probe(&sid, &["flood"])),
+        (
+            "python",
+            exec(&sid, "python", "while True:\n    print('x' * 8191)"),
+        ),
+    ] {
+        let mut req = req;
+        req.limits = limits(30_000, 0, 2 << 20);
+        let started = Instant::now();
+        let r = c.exec(req).await.unwrap().into_inner();
+        assert_eq!(
+            status(&r),
+            ExecStatus::OutputLimit,
+            "{runtime}: {}",
+            r.message
+        );
+        assert!(started.elapsed() < Duration::from_secs(10), "{runtime}");
+        assert_eq!(r.usage.unwrap().stdout_bytes, 2 << 20, "{runtime}");
+        let payload = r.stdout_payload.expect("large stdout is offloaded");
+        assert_eq!(payload.size_bytes, 2 << 20);
+        assert!(
+            r.stdout.contains(&payload.id),
+            "the notice names the payload: {}",
+            r.stdout
+        );
+        assert!(
+            r.stdout.len() < 8192,
+            "the model gets a notice, not the flood"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_tmp_fill_is_capped() {
+    let server = TestServer::start_with(|c| c.sandbox.max_scratch_bytes = 32 << 20).await;
+    let (sid, _) = session_with(&server, "d.json", b"[1]").await;
+    let r = server
+        .codemode(ALICE)
+        .await
+        .exec(probe(&sid, &["fill"]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(status(&r), ExecStatus::OutputLimit, "{r:?}");
+    assert!(
+        r.message
+            .contains("/tmp and /out together passed their limit"),
+        "{}",
+        r.message
+    );
+    assert!(r.message.contains("the limit is 32 MiB"), "{}", r.message);
+    // The exec directory is gone afterwards.
+    let leftovers = std::fs::read_dir(server.data_dir().join("exec"))
+        .unwrap()
+        .count();
+    assert_eq!(leftovers, 0);
+}
+
+#[tokio::test]
+async fn twenty_spinning_scripts_do_not_slow_a_concurrent_stat() {
+    let server = TestServer::start_with(|c| c.sandbox.max_concurrent_execs = 20).await;
+    let (sid, p) = session_with(&server, "d.json", b"[1]").await;
+    let module = probe_module();
+    let mut spinners = Vec::new();
+    for _ in 0..20 {
+        let mut c = server.codemode(ALICE).await;
+        let mut req = probe(&sid, &["spin"]);
+        req.module = module.clone().into();
+        req.limits = limits(4_000, 0, 0);
+        spinners.push(tokio::spawn(async move {
+            c.exec(req).await.unwrap().into_inner()
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let mut payloads = server.payloads(BOB).await;
+    let mut owner = server.payloads(ALICE).await;
+    let _ = &mut payloads;
+    let mut worst = Duration::ZERO;
+    let mut all = Vec::new();
+    for _ in 0..20 {
+        let started = Instant::now();
+        owner
+            .stat(proto::PayloadRequest {
+                payload_id: p.id.clone(),
+            })
+            .await
+            .unwrap();
+        worst = worst.max(started.elapsed());
+        all.push(started.elapsed().as_micros());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        worst < Duration::from_millis(50),
+        "Stat took {worst:?} while 20 scripts spun (all, µs: {all:?})"
+    );
+    for s in spinners {
+        assert_eq!(status(&s.await.unwrap()), ExecStatus::Timeout);
+    }
+}
+
+#[tokio::test]
+async fn a_full_exec_queue_is_refused_with_resource_exhausted() {
+    let server = TestServer::start_with(|c| {
+        c.sandbox.max_concurrent_execs = 1;
+        c.sandbox.max_queued_execs = 1;
+    })
+    .await;
+    let (sid, _) = session_with(&server, "d.json", b"[1]").await;
+    let mut running = Vec::new();
+    for _ in 0..2 {
+        let mut c = server.codemode(ALICE).await;
+        let mut req = probe(&sid, &["spin"]);
+        req.limits = limits(2_000, 0, 0);
+        running.push(tokio::spawn(async move { c.exec(req).await }));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let err = server
+        .codemode(ALICE)
+        .await
+        .exec(probe(&sid, &["args"]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    assert!(
+        err.message().contains("sandbox.max_concurrent_execs"),
+        "{}",
+        err.message()
+    );
+    for r in running {
+        assert_eq!(
+            status(&r.await.unwrap().unwrap().into_inner()),
+            ExecStatus::Timeout
+        );
+    }
+}
+
+#[tokio::test]
+async fn files_in_out_become_derived_payloads_only_when_kept() {
+    let server = TestServer::start().await;
+    let (sid, input) = session_with(&server, "d.json", b"[1]").await;
+    let mut c = server.codemode(ALICE).await;
+    let mut req = probe(&sid, &["out", "result.txt", "forty-two"]);
+    let r = c.exec(req.clone()).await.unwrap().into_inner();
+    assert_eq!(status(&r), ExecStatus::Ok);
+    assert!(r.outputs.is_empty());
+    assert!(
+        r.message.contains("result.txt") && r.message.contains("keep_outputs"),
+        "{}",
+        r.message
+    );
+
+    req.keep_outputs = true;
+    let r = c.exec(req).await.unwrap().into_inner();
+    assert_eq!(r.outputs.len(), 1, "{r:?}");
+    let out = &r.outputs[0];
+    assert_eq!(out.name, "result.txt");
+    assert_eq!(out.derived_from, vec![input.id.clone()]);
+    let bytes = download(&mut server.payloads(ALICE).await, &out.id).await;
+    assert_eq!(bytes.unwrap(), b"forty-two");
+}
+
+#[tokio::test]
+async fn failures_are_results_and_bad_requests_are_errors() {
+    let server = TestServer::start().await;
+    let (sid, _) = session_with(&server, "d.json", b"{\"a\": 1}").await;
+    let mut c = server.codemode(ALICE).await;
+
+    let err = c.exec(exec(&sid, "ruby", "puts 1")).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(
+        err.message().contains("jq, javascript, python, wasm"),
+        "{}",
+        err.message()
+    );
+
+    let err = c.exec(exec(&sid, "jq", "  ")).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+
+    for (runtime, source, want) in [
+        ("jq", ".a |", ExecStatus::InvalidScript),
+        ("javascript", "let = ;", ExecStatus::InvalidScript),
+        ("python", "def f(:\n", ExecStatus::InvalidScript),
+        (
+            "wasm",
+            "(module (func $f (export \"_start\") (i32.add)))",
+            ExecStatus::InvalidScript,
+        ),
+        (
+            "javascript",
+            "throw new TypeError('no such field')",
+            ExecStatus::ExitNonzero,
+        ),
+        (
+            "python",
+            "raise KeyError('status')",
+            ExecStatus::ExitNonzero,
+        ),
+        ("jq", "error(\"bad record\")", ExecStatus::ExitNonzero),
+        (
+            "wasm",
+            "(module (func (export \"_start\") unreachable))",
+            ExecStatus::Trap,
+        ),
+    ] {
+        let r = c
+            .exec(exec(&sid, runtime, source))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(status(&r), want, "{runtime} {source:?}: {r:?}");
+        assert!(!r.message.is_empty());
+        if want == ExecStatus::ExitNonzero {
+            let needle = match runtime {
+                "javascript" => "no such field",
+                "python" => "KeyError",
+                _ => "bad record",
+            };
+            assert!(r.stderr.contains(needle), "{runtime}: {}", r.stderr);
+        }
+        if runtime == "python" && want == ExecStatus::InvalidScript {
+            assert!(r.stderr.contains("SyntaxError"), "{}", r.stderr);
+            assert!(
+                !r.stderr.starts_with("spillway:"),
+                "the marker is stripped: {}",
+                r.stderr
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn limits_above_the_ceiling_are_clamped_and_reported() {
+    let server = TestServer::start().await;
+    let (sid, _) = session_with(&server, "d.json", b"[1]").await;
+    let mut req = exec(&sid, "jq", ".");
+    req.limits = limits(3_600_000, 64 << 30, 0);
+    let r = server
+        .codemode(ALICE)
+        .await
+        .exec(req)
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(status(&r), ExecStatus::Ok);
+    assert_eq!(
+        r.clamped,
+        vec![
+            "timeout_ms: 3600000 -> 300000".to_owned(),
+            format!("memory_bytes: {} -> {}", 64u64 << 30, 4u64 << 30)
+        ]
+    );
+    let eff = r.effective_limits.unwrap();
+    assert_eq!((eff.timeout_ms, eff.memory_bytes), (300_000, 4 << 30));
+}
+
+#[tokio::test]
+async fn compliance_cannot_exec_and_a_disabled_policy_refuses() {
+    let server = TestServer::start().await;
+    let (sid, _) = session_with(&server, "d.json", b"[1]").await;
+    let err = server
+        .codemode("tok-carol")
+        .await
+        .exec(exec(&sid, "jq", "."))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::PermissionDenied);
+
+    let server = TestServer::start_with(|c| c.policy.allow_exec = false).await;
+    let (sid, _) = session_with(&server, "d.json", b"[1]").await;
+    let err = server
+        .codemode(ALICE)
+        .await
+        .exec(exec(&sid, "jq", "."))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::PermissionDenied);
+    assert!(err.message().contains("allow_exec"));
+}
+
+#[tokio::test]
+async fn jq_reads_its_inputs_as_a_stream_and_takes_its_flags() {
+    let server = TestServer::start().await;
+    let (sid, p) = session_with(
+        &server,
+        "rows.ndjson",
+        b"{\"n\":1,\"s\":\"a\"}\n{\"n\":2,\"s\":\"b\"}\n",
+    )
+    .await;
+    let mut c = server.codemode(ALICE).await;
+    let mut req = exec(&sid, "jq", ".s");
+    req.args = vec!["-r".into()];
+    let r = c.exec(req).await.unwrap().into_inner();
+    assert_eq!(r.stdout, "a\nb\n", "{r:?}");
+
+    // args[0] may name the input, by name or by ID.
+    for first in ["rows.ndjson", p.id.as_str()] {
+        let mut req = exec(&sid, "jq", "[inputs | .n] | add");
+        req.args = vec![first.into(), "-n".into()];
+        let r = c.exec(req).await.unwrap().into_inner();
+        assert_eq!(r.stdout, "3\n", "{first}: {r:?}");
+    }
+
+    let mut req = exec(&sid, "jq", "[inputs] | length");
+    req.args = vec!["-nR".into()];
+    let r = c.exec(req).await.unwrap().into_inner();
+    assert_eq!(r.stdout, "2\n", "{r:?}");
+
+    let mut req = exec(&sid, "jq", "{k: $k, v: $v}");
+    req.args = vec![
+        "-n".into(),
+        "--arg".into(),
+        "k".into(),
+        "x".into(),
+        "--argjson".into(),
+        "v".into(),
+        "[1]".into(),
+    ];
+    let r = c.exec(req).await.unwrap().into_inner();
+    assert_eq!(r.stdout, "{\"k\":\"x\",\"v\":[1]}\n", "{r:?}");
+}
+
+#[tokio::test]
+async fn javascript_and_python_helpers_see_the_payload_list() {
+    let server = TestServer::start().await;
+    let (sid, p) = session_with(&server, "rows.ndjson", b"{\"n\":1}\n{\"n\":2}\n").await;
+    let mut c = server.codemode(ALICE).await;
+    let js = c
+        .exec(exec(
+            &sid,
+            "javascript",
+            "const p = payloads[0]; let s = 0; for (const l of readLines(p.path)) s += JSON.parse(l).n; console.log(p.id, p.name, p.size, s);",
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        js.stdout.trim(),
+        format!("{} rows.ndjson 16 3", p.id),
+        "{js:?}"
+    );
+    let py = c
+        .exec(exec(
+            &sid,
+            "python",
+            "import spillway, json\np = spillway.payloads[0]\nprint(p['id'], p['name'], p['size'], sum(json.loads(l)['n'] for l in spillway.read_lines(p['path'])))",
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        py.stdout.trim(),
+        format!("{} rows.ndjson 16 3", p.id),
+        "{py:?}"
+    );
+}
+
+/// 50 MB of NDJSON records `{"id":…,"status":…,"amount":…,"note":…}`, and
+/// the true per-status count and sum.
+fn fifty_megabytes() -> (Vec<u8>, BTreeMap<String, (u64, i64)>) {
+    let statuses = ["open", "closed", "merged", "draft", "stale"];
+    let mut data = Vec::with_capacity(51 << 20);
+    let mut truth: BTreeMap<String, (u64, i64)> = BTreeMap::new();
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut i = 0u64;
+    while data.len() < 50_000_000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let status = statuses[(x % 5) as usize];
+        let amount = (x >> 20) as i64 % 10_000 - 2_000;
+        data.extend_from_slice(
+            format!(
+                "{{\"id\":{i},\"status\":\"{status}\",\"amount\":{amount},\"note\":\"record {i} of the big dump\"}}\n"
+            )
+            .as_bytes(),
+        );
+        let t = truth.entry(status.to_owned()).or_default();
+        t.0 += 1;
+        t.1 += amount;
+        i += 1;
+    }
+    (data, truth)
+}
+
+#[tokio::test]
+async fn the_same_question_in_all_four_runtimes_gets_the_true_answer() {
+    let server = TestServer::start().await;
+    let (data, truth) = fifty_megabytes();
+    let (sid, _) = session_with(&server, "dump.ndjson", &data).await;
+    let expected: serde_json::Value = truth
+        .iter()
+        .map(|(k, (c, s))| (k.clone(), serde_json::json!([c, s])))
+        .collect::<serde_json::Map<_, _>>()
+        .into();
+    let mut c = server.codemode(ALICE).await;
+    let jq = exec(
+        &sid,
+        "jq",
+        "reduce inputs as $r ({}; .[$r.status] |= [((.[0] // 0) + 1), ((.[1] // 0) + $r.amount)]) | to_entries | sort_by(.key) | from_entries",
+    );
+    let mut jq = jq;
+    jq.args = vec!["-n".into()];
+    let js = exec(
+        &sid,
+        "javascript",
+        r#"const g = {};
+for (const line of readLines(payloads[0].path)) {
+  if (!line) continue;
+  const r = JSON.parse(line);
+  const e = g[r.status] || (g[r.status] = [0, 0]);
+  e[0] += 1; e[1] += r.amount;
+}
+const out = {};
+for (const k of Object.keys(g).sort()) out[k] = g[k];
+console.log(JSON.stringify(out));"#,
+    );
+    let py = exec(
+        &sid,
+        "python",
+        r#"import json, spillway
+g = {}
+for line in spillway.read_lines(spillway.payloads[0]["path"]):
+    if not line:
+        continue
+    r = json.loads(line)
+    e = g.setdefault(r["status"], [0, 0])
+    e[0] += 1
+    e[1] += r["amount"]
+print(json.dumps(dict(sorted(g.items())), separators=(",", ":")))"#,
+    );
+    let wasm = probe(&sid, &["aggregate", "/payloads/dump.ndjson"]);
+    for (runtime, mut req) in [
+        ("jq", jq),
+        ("javascript", js),
+        ("python", py),
+        ("wasm", wasm),
+    ] {
+        req.limits = limits(120_000, 1 << 30, 0);
+        let r = c.exec(req).await.unwrap().into_inner();
+        assert_eq!(status(&r), ExecStatus::Ok, "{runtime}: {r:?}");
+        let got: serde_json::Value = serde_json::from_str(r.stdout.trim())
+            .unwrap_or_else(|e| panic!("{runtime} printed {:?}: {e}", r.stdout));
+        assert_eq!(got, expected, "{runtime}");
+    }
+}
