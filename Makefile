@@ -31,8 +31,8 @@ lint: ## Clippy with warnings as errors, and rustfmt
 fmt: ## Format the code
 	$(CARGO) fmt --all
 
-images: ## Build the sandbox images (none yet: code mode is a later issue)
-	@echo "no sandbox images yet"
+images: ## Build the code-mode sandbox images (jq, javascript, python) into sandbox-images/, installing their toolchains
+	bash guest/build-images.sh $(IMAGES)
 
 bench: ## Benchmarks with ratios against raw disk, serde_json and ripgrep (see benches/)
 	@command -v rg >/dev/null || (apt-get update -qq && apt-get install -y -qq ripgrep)

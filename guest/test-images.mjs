@@ -4,11 +4,13 @@
 //
 // The preview1 modules (jq, javascript) run in Node's `node:wasi`, with the
 // contract's preopens (/spillway, /payloads, /tmp, /out) mapped to temp dirs.
-// The python component (WASI preview2) needs a wasmtime host: set
-// SPILLWAY_TEST_HOST to a program called as
+// The python component (WASI preview2) runs through jco: the first run installs
+// @bytecodealliance/jco and preview2-shim from npm into sandbox-images/build/jco
+// and transpiles python.wasm there (again whenever python.wasm changes).
+// Or set SPILLWAY_TEST_HOST to a wasmtime host, a program called as
 //   HOST WASM SPILLWAY_DIR PAYLOADS_DIR TMP_DIR OUT_DIR ARGV0 [ARGS...]
-// that exits with the guest's exit code (guest/README.md has a 60-line one).
-// With SPILLWAY_TEST_HOST set, the modules run through it too.
+// that exits with the guest's exit code (guest/README.md has one); then every
+// image runs through it.
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -45,6 +47,55 @@ async function runWasi([wasm, memFile, spillway, payloads, tmp, out, ...args]) {
 }
 if (process.argv[2] === '--run-wasi') await runWasi(process.argv.slice(3));
 
+/** Child mode: run the transpiled python component with preview2-shim. */
+async function runJco([jsDir, spillway, payloads, tmp, out, ...args]) {
+  const { _setPreopens, types } = await import(path.join(jsDir, 'node_modules/@bytecodealliance/preview2-shim/dist/nodejs/filesystem.js'));
+  // preview2-shim refuses open-at with the mutate-directory flag, which CPython's
+  // adapter passes for every write (wasmtime accepts it): drop the flag.
+  const openAt = types.Descriptor.prototype.openAt;
+  types.Descriptor.prototype.openAt = function (pathFlags, p, openFlags, flags) {
+    return openAt.call(this, pathFlags, p, openFlags, { ...flags, mutateDirectory: false });
+  };
+  const { _setArgs, _setEnv } = await import(path.join(jsDir, 'node_modules/@bytecodealliance/preview2-shim/dist/nodejs/cli.js'));
+  _setPreopens({ '/spillway': spillway, '/payloads': payloads, '/tmp': tmp, '/out': out });
+  _setArgs(args);
+  _setEnv({});
+  const component = await import(path.join(jsDir, 'python', 'python.js'));
+  try {
+    component.run.run(); // exit-with-code ends the process with the guest's code
+  } catch (e) {
+    process.stderr.write(`[test-images] trap: ${e && e.stack}\n`);
+    process.exit(101);
+  }
+  process.exit(0);
+}
+if (process.argv[2] === '--run-jco') await runJco(process.argv.slice(3));
+
+/** Install jco in sandbox-images/build/jco and transpile python.wasm (when it changed). */
+function jcoSetup() {
+  const dir = path.join(imagesDir, 'build', 'jco');
+  fs.mkdirSync(dir, { recursive: true });
+  const shimPkg = path.join(dir, 'node_modules/@bytecodealliance/preview2-shim/package.json');
+  if (!fs.existsSync(shimPkg) || !fs.existsSync(path.join(dir, 'node_modules/.bin/jco'))) {
+    console.log('     (installing @bytecodealliance/jco and preview2-shim from npm into sandbox-images/build/jco)');
+    fs.writeFileSync(path.join(dir, 'package.json'), '{"private": true, "type": "module"}\n');
+    const r = spawnSync('npm', ['install', '--no-audit', '--no-fund', '--silent', '@bytecodealliance/jco@1', '@bytecodealliance/preview2-shim@0.26'], { cwd: dir, stdio: 'inherit' });
+    if (r.status !== 0) throw new Error('npm install of jco failed');
+  }
+  const wasm = path.join(imagesDir, 'python.wasm');
+  const stamp = path.join(dir, 'python', '.source-mtime');
+  const mtime = String(fs.statSync(wasm).mtimeMs);
+  if (!fs.existsSync(stamp) || fs.readFileSync(stamp, 'utf8') !== mtime) {
+    console.log('     (jco transpile python.wasm)');
+    const r = spawnSync(path.join(dir, 'node_modules/.bin/jco'), ['transpile', wasm, '-o', path.join(dir, 'python'), '--no-typescript', '--quiet'], { stdio: 'inherit' });
+    if (r.status !== 0) throw new Error('jco transpile failed');
+    fs.writeFileSync(path.join(dir, 'python', 'package.json'), '{"type": "module"}\n');
+    fs.writeFileSync(stamp, mtime);
+  }
+  return dir;
+}
+let jcoDir = null;
+
 let seq = 0;
 /** Lay out the contract's directories; payloads: [{name, text|file}] */
 function layout(script, payloads) {
@@ -77,8 +128,14 @@ async function run(image, { script, payloads = [], args = [] }) {
   let code;
   let memory = null;
   const started = process.hrtime.bigint();
-  if (host || image === 'python') {
-    if (!host) throw new Error('python needs SPILLWAY_TEST_HOST');
+  if (image === 'python' && !host) {
+    jcoDir ??= jcoSetup();
+    // componentize-py's core modules use extended-const, behind a flag in Node 20
+    const r = spawnSync(process.execPath, ['--no-warnings', '--experimental-wasm-extended-const', '--stack-size=4000', fileURLToPath(import.meta.url), '--run-jco', jcoDir, dirs.spillway, dirs.payloads, dirs.tmp, dirs.out, image, ...args], {
+      stdio: ['ignore', fs.openSync(outFile, 'w'), fs.openSync(errFile, 'w')],
+    });
+    code = r.status ?? `signal ${r.signal}`;
+  } else if (host) {
     const r = spawnSync(host, [path.join(imagesDir, `${image}.wasm`), dirs.spillway, dirs.payloads, dirs.tmp, dirs.out, image, ...args], {
       stdio: ['ignore', fs.openSync(outFile, 'w'), fs.openSync(errFile, 'w')],
     });
@@ -309,10 +366,6 @@ async function main() {
       console.log(`skip ${name}: sandbox-images/${name}.wasm not built (make images)`);
       continue;
     }
-    if (name === 'python' && !host) {
-      console.log('skip python: a WASI preview2 component; set SPILLWAY_TEST_HOST to a wasmtime host');
-      continue;
-    }
     await tests();
   }
   console.log(`${passed} passed, ${failed} failed`);
@@ -439,6 +492,79 @@ async function jsTests() {
     assert.equal(r.stdout.split('\n').length, 100001);
   });
 }
-async function pyTests() {}
+
+async function pyTests() {
+  const py = (script, payloads = [], args = []) => run('python', { script, payloads, args });
+  await test('python: print, sys.argv, no environment', async () => {
+    const r = await py('import sys, os\nprint("hi", sys.argv, dict(os.environ), __name__)', [], ['a', 'b']);
+    expect(r, 0, "hi ['script', 'a', 'b'] {} __main__\n");
+  });
+  await test('python: spillway module and open() on /payloads (by name and id)', async () => {
+    const r = await py(
+      'import spillway, json\np = spillway.payloads[0]\n' +
+        'print(p["name"], p["path"], p["size"], p["content_type"], p["id"].startswith("pl_"))\n' +
+        'print(spillway.read_json(p["path"])["a"], json.load(open("/payloads/" + p["id"]))["a"], len(spillway.read_text(p["path"])))',
+      [{ name: 'data.json', text: '{"a": 42}' }],
+    );
+    expect(r, 0, 'data.json /payloads/data.json 9 application/json True\n42 42 9\n');
+  });
+  await test('python: read_lines is lazy, strips \\n and \\r\\n; write_out', async () => {
+    const r = await py(
+      'import spillway\nprint(list(spillway.read_lines("/payloads/a.txt")))\n' +
+        'n = 0\nfor line in spillway.read_lines(spillway.payloads[1]["path"]):\n    n += 1\nprint(n > 500000)\n' +
+        'print(spillway.write_out("r.txt", "hello"), spillway.write_out("o.json", {"a": 1}))\n' +
+        'for bad in ["../x", "a/b", ""]:\n    try:\n        spillway.write_out(bad, "x")\n    except ValueError as e:\n        print("rejected")',
+      [{ name: 'a.txt', text: 'one\r\ntwo\n\nthree' }, { name: 'big.ndjson', file: bigNdjson() }],
+    );
+    expect(r, 0, "['one', 'two', '', 'three']\nTrue\n/out/r.txt /out/o.json\nrejected\nrejected\nrejected\n");
+    assert.deepEqual(r.out, { 'r.txt': 'hello', 'o.json': '{"a": 1}' });
+    console.log(`     (${Math.round(r.ms)} ms)`);
+  });
+  await test('python: group by and sum over NDJSON', async () => {
+    const r = await py(
+      'import json, collections, spillway\nt = collections.Counter()\n' +
+        'for line in spillway.read_lines("/payloads/s.ndjson"):\n    r = json.loads(line)\n    t[r["user"]] += r["amount"]\n' +
+        'print(json.dumps(dict(sorted(t.items()))))',
+      [{ name: 's.ndjson', text: ndjson }],
+    );
+    expect(r, 0, '{"ann": 7, "bob": 5}\n');
+  });
+  await test('python: uncaught exception: traceback on stderr, exit 1', async () => {
+    const r = await py('print("before")\ndef f():\n    raise KeyError("k")\nf()');
+    expect(r, 1, 'before\n');
+    assert.match(r.stderr, /^Traceback \(most recent call last\):\n  File "\/spillway\/script", line 4, in <module>\n/);
+    assert.match(r.stderr, /KeyError: 'k'\n$/);
+    assert.doesNotMatch(r.stderr, /spillway_runner/);
+  });
+  await test('python: syntax error exits 3 with the message and position', async () => {
+    const r = await py('print("never")\nx = (1 +\n');
+    expect(r, 3, '');
+    assert.match(r.stderr, /File "\/spillway\/script", line 2/);
+    assert.match(r.stderr, /SyntaxError: /);
+  });
+  await test('python: SystemExit(n), sys.exit("msg"), exit 0', async () => {
+    expect(await py('import sys\nprint("x")\nsys.exit(4)'), 4, 'x\n');
+    const m = await py('import sys\nsys.exit("bad input")');
+    expect(m, 1, '');
+    assert.equal(m.stderr, 'bad input\n');
+    expect(await py('raise SystemExit'), 0, '');
+    expect(await py('import sys\nsys.exit(0)'), 0, '');
+  });
+  await test('python: fresh randomness per run', async () => {
+    const a = await py('import random\nprint(random.random())');
+    const b = await py('import random\nprint(random.random())');
+    expect(a, 0);
+    assert.notEqual(a.stdout, b.stdout);
+  });
+  await test('python: stdlib (dataclasses in __main__, decimal, zoneinfo-free datetime, re, csv, statistics)', async () => {
+    const r = await py(
+      'from dataclasses import dataclass\n@dataclass\nclass P:\n    x: int\n' +
+        'import decimal, datetime, re, csv, io, statistics, itertools, hashlib, gzip, textwrap, difflib, unicodedata\n' +
+        'print(P(1), decimal.Decimal("0.1") * 3, datetime.date(2024, 2, 29).isoformat(), re.sub(r"\\d", "#", "a1b2"),\n' +
+        '      next(csv.reader(io.StringIO("a,b"))), statistics.median([3, 1, 2]), hashlib.sha256(b"").hexdigest()[:8])',
+    );
+    expect(r, 0, "P(x=1) 0.3 2024-02-29 a#b# ['a', 'b'] 2 e3b0c442\n");
+  });
+}
 
 await main();

@@ -1,0 +1,86 @@
+"""Spillway's helpers for Python scripts in the sandbox.
+
+    import spillway
+    for p in spillway.payloads:              # dicts: id, name, path, size, content_type
+        for line in spillway.read_lines(p["path"]):
+            ...
+    data = spillway.read_json("/payloads/data.json")
+    spillway.write_out("result.csv", text)    # -> /out/result.csv
+"""
+
+import json as _json
+
+__all__ = ["payloads", "read_text", "read_json", "read_lines", "write_out"]
+
+PAYLOADS_JSON = "/spillway/payloads.json"
+OUT_DIR = "/out"
+
+#: The input payloads, in order: dicts with the keys id, name, path, size and
+#: content_type. Filled in by the runner when the script starts.
+payloads = []
+
+
+def _load_payloads():
+    with open(PAYLOADS_JSON, "rb") as f:
+        items = _json.load(f)
+    return [
+        {
+            "id": p.get("id"),
+            "name": p.get("name"),
+            "path": p.get("path"),
+            "size": p.get("size"),
+            "content_type": p.get("contentType"),
+        }
+        for p in items
+    ]
+
+
+def read_text(path):
+    """The whole file as a string (UTF-8; invalid bytes become U+FFFD)."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return f.read()
+
+
+def read_json(path):
+    """The file parsed as one JSON document."""
+    with open(path, "rb") as f:
+        return _json.load(f)
+
+
+def read_lines(path):
+    """A lazy iterator over the lines of the file, without their "\\n" or "\\r\\n".
+
+    The file is read a chunk at a time, so this works on files far larger
+    than memory. It is opened right away (a missing file raises here).
+    """
+    f = open(path, "rb")
+    return _lines(f)
+
+
+def _lines(f):
+    with f:
+        for line in f:  # binary: split on b"\n" only
+            if line.endswith(b"\n"):
+                line = line[:-2] if line.endswith(b"\r\n") else line[:-1]
+            yield line.decode("utf-8", "replace")
+
+
+def write_out(name, data):
+    """Write /out/<name> (kept as a new payload); returns its path.
+
+    data: str (written as UTF-8), bytes, or anything else (written as JSON).
+    The name is a plain file name: no "/" and no "..".
+    """
+    name = str(name)
+    if not name or "/" in name or ".." in name or "\0" in name:
+        raise ValueError(f"write_out: invalid name {name!r}: a plain file name, without '/' or '..'")
+    path = f"{OUT_DIR}/{name}"
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        with open(path, "wb") as f:
+            f.write(data)
+    else:
+        if not isinstance(data, str):
+            data = _json.dumps(data)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(data)
+    return path

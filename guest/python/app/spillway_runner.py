@@ -1,0 +1,138 @@
+"""Spillway's python image: runs /spillway/script as __main__.
+
+componentize-py pre-initializes this module at build time: everything at the
+top level (the imports below) is done once, in the snapshot, and each run
+starts from there. Anything that must be fresh per run (arguments,
+environment, random seed, payloads) is set in `Run.run`.
+
+Exit codes (through wasi:cli/exit exit-with-code): 0 success, 1 uncaught
+exception, 3 the script does not compile, n for SystemExit(n).
+"""
+
+import builtins
+import os
+import sys
+import traceback
+import types
+
+# Commonly used modules, imported into the snapshot so scripts start fast.
+import base64  # noqa: F401
+import bisect  # noqa: F401
+import collections  # noqa: F401
+import csv  # noqa: F401
+import dataclasses  # noqa: F401
+import datetime  # noqa: F401
+import decimal  # noqa: F401
+import functools  # noqa: F401
+import gzip  # noqa: F401
+import hashlib  # noqa: F401
+import heapq  # noqa: F401
+import io  # noqa: F401
+import itertools  # noqa: F401
+import json  # noqa: F401
+import math  # noqa: F401
+import operator  # noqa: F401
+import pathlib  # noqa: F401
+import random
+import re  # noqa: F401
+import statistics  # noqa: F401
+import string  # noqa: F401
+import textwrap  # noqa: F401
+import typing  # noqa: F401
+import urllib.parse  # noqa: F401
+
+import spillway
+import spillway_stdlib
+from wit_world import exports
+from wit_world.imports import environment
+from wit_world.imports import exit as wasi_exit
+
+SCRIPT = "/spillway/script"
+
+# build time: the rest of the standard library, compiled into the snapshot
+_STDLIB = spillway_stdlib.embed()
+
+
+def _flush():
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+
+
+def _exit(code):
+    """Leave with `code`: 0 returns normally, anything else through exit-with-code."""
+    _flush()
+    if code != 0:
+        wasi_exit.exit_with_code(code)
+
+
+def _exit_code(e):
+    """The exit status for SystemExit(e.code), as CPython computes it."""
+    code = e.code
+    if code is None:
+        return 0
+    if isinstance(code, bool):
+        return int(code)
+    if isinstance(code, int):
+        return code if 0 <= code <= 255 else 1
+    # a message: printed to stderr, status 1
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _main():
+    args = environment.get_arguments()
+    # No environment and fresh randomness per run (not the build machine's,
+    # nor the snapshot's seed).
+    os.environ.clear()
+    os.environ.update(dict(environment.get_environment()))
+    random.seed()
+
+    try:
+        with open(SCRIPT, "rb") as f:
+            source = f.read()
+    except OSError as e:
+        print(f"python: cannot read {SCRIPT}: {e}", file=sys.stderr)
+        return 1
+
+    try:
+        spillway.payloads = spillway._load_payloads()
+    except (OSError, ValueError) as e:
+        print(f"python: cannot read {spillway.PAYLOADS_JSON}: {e}", file=sys.stderr)
+        return 1
+
+    try:
+        code = compile(source, SCRIPT, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as e:
+        sys.stderr.write("".join(traceback.format_exception_only(type(e), e)))
+        return 3
+
+    main = types.ModuleType("__main__")
+    main.__file__ = SCRIPT
+    main.__builtins__ = builtins
+    sys.modules["__main__"] = main
+    sys.argv = ["script", *args[1:]]
+    sys.path[0:0] = ["/spillway"]
+
+    try:
+        exec(code, main.__dict__)
+    except SystemExit as e:
+        return _exit_code(e)
+    except BaseException as e:
+        # the traceback without this runner's frame
+        tb = e.__traceback__.tb_next if e.__traceback__ else None
+        sys.stderr.write("".join(traceback.format_exception(type(e), e, tb)))
+        return 1
+    return 0
+
+
+class Run(exports.Run):
+    def run(self) -> None:
+        try:
+            code = _main()
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        _exit(code)
