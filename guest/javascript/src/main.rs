@@ -73,15 +73,22 @@ fn read_text(ctx: Ctx<'_>, path: String) -> rquickjs::Result<String> {
             Ok(s) => s,
             Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
         }),
-        Err(e) => Err(Exception::throw_message(&ctx, &format!("readText: {path}: {}", io_msg(&e)))),
+        Err(e) => Err(Exception::throw_message(
+            &ctx,
+            &format!("readText: {path}: {}", io_msg(&e)),
+        )),
     }
 }
 
 fn lines_open(ctx: Ctx<'_>, path: String) -> rquickjs::Result<u32> {
-    let f = File::open(&path)
-        .map_err(|e| Exception::throw_message(&ctx, &format!("readLines: {path}: {}", io_msg(&e))))?;
+    let f = File::open(&path).map_err(|e| {
+        Exception::throw_message(&ctx, &format!("readLines: {path}: {}", io_msg(&e)))
+    })?;
     if f.metadata().map(|m| m.is_dir()).unwrap_or(false) {
-        return Err(Exception::throw_message(&ctx, &format!("readLines: {path}: Is a directory")));
+        return Err(Exception::throw_message(
+            &ctx,
+            &format!("readLines: {path}: Is a directory"),
+        ));
     }
     LINES.with(|l| {
         let mut l = l.borrow_mut();
@@ -115,7 +122,10 @@ fn lines_next(ctx: Ctx<'_>, handle: u32) -> rquickjs::Result<Option<Vec<String>>
                     lines.push(String::from_utf8_lossy(&buf).into_owned());
                 }
                 Err(e) => {
-                    return Err(Exception::throw_message(&ctx, &format!("readLines: {}", io_msg(&e))));
+                    return Err(Exception::throw_message(
+                        &ctx,
+                        &format!("readLines: {}", io_msg(&e)),
+                    ));
                 }
             }
         }
@@ -137,12 +147,14 @@ fn lines_close(handle: u32) {
 
 fn write_out(ctx: Ctx<'_>, name: String, text: String) -> rquickjs::Result<String> {
     if name.is_empty() || name.contains('/') || name.contains("..") || name.contains('\0') {
-        let msg = format!("writeOut: invalid name {name:?}: a plain file name, without '/' or '..'");
+        let msg =
+            format!("writeOut: invalid name {name:?}: a plain file name, without '/' or '..'");
         return Err(Exception::throw_type(&ctx, &msg));
     }
     let path = format!("{OUT_DIR}/{name}");
-    std::fs::write(&path, text.as_bytes())
-        .map_err(|e| Exception::throw_message(&ctx, &format!("writeOut: {path}: {}", io_msg(&e))))?;
+    std::fs::write(&path, text.as_bytes()).map_err(|e| {
+        Exception::throw_message(&ctx, &format!("writeOut: {path}: {}", io_msg(&e)))
+    })?;
     Ok(path)
 }
 
@@ -164,7 +176,9 @@ fn natives<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<Object<'js>> {
 
 /// Format a thrown value with the prelude's `inspect`.
 fn inspect<'js>(ctx: &Ctx<'js>, v: Value<'js>) -> String {
-    let f = INSPECT.with(|i| i.borrow().clone()).and_then(|p| p.restore(ctx).ok());
+    let f = INSPECT
+        .with(|i| i.borrow().clone())
+        .and_then(|p| p.restore(ctx).ok());
     let s = f.and_then(|f| f.call::<_, String>((v.clone(), false)).ok());
     s.unwrap_or_else(|| "(a value that cannot be shown)".into())
 }
@@ -204,14 +218,26 @@ fn run_script(ctx: &Ctx<'_>, source: &str) -> Result<(), u8> {
     let filename = CString::new(SCRIPT).unwrap();
     let flags = (qjs::JS_EVAL_TYPE_GLOBAL | qjs::JS_EVAL_FLAG_COMPILE_ONLY) as i32;
     // SAFETY: valid context and NUL-terminated strings; the result is owned by us.
-    let fun = unsafe { qjs::JS_Eval(raw, src.as_ptr(), source.len() as _, filename.as_ptr(), flags) };
+    let fun = unsafe {
+        qjs::JS_Eval(
+            raw,
+            src.as_ptr(),
+            source.len() as _,
+            filename.as_ptr(),
+            flags,
+        )
+    };
     if unsafe { qjs::JS_IsException(fun) } {
         let e = ctx.catch();
         let msg = match e.as_exception() {
             Some(x) => {
                 let name: String = x.get("name").unwrap_or_else(|_| "SyntaxError".into());
                 let stack = x.stack().unwrap_or_default();
-                format!("{name}: {}\n{}", x.message().unwrap_or_default(), stack.trim_end_matches('\n'))
+                format!(
+                    "{name}: {}\n{}",
+                    x.message().unwrap_or_default(),
+                    stack.trim_end_matches('\n')
+                )
             }
             None => inspect(ctx, e),
         };
@@ -257,7 +283,10 @@ fn main() -> ExitCode {
     rt.set_max_stack_size(JS_STACK);
     rt.set_host_promise_rejection_tracker(Some(Box::new(|ctx, promise, reason, handled| {
         if handled {
-            REJECTIONS.with(|r| r.borrow_mut().retain(|(p, _)| p.clone().restore(&ctx).ok() != Some(promise.clone())));
+            REJECTIONS.with(|r| {
+                r.borrow_mut()
+                    .retain(|(p, _)| p.clone().restore(&ctx).ok() != Some(promise.clone()))
+            });
         } else {
             let msg = uncaught(&ctx, reason, "Uncaught (in promise)");
             REJECTIONS.with(|r| r.borrow_mut().push((Persistent::save(&ctx, promise), msg)));
@@ -268,7 +297,9 @@ fn main() -> ExitCode {
     let status = context.with(|ctx| {
         if let Err(e) = setup(&ctx, payloads, args) {
             let detail = match e {
-                rquickjs::Error::Exception => uncaught(&ctx, ctx.catch(), "javascript: setup failed:"),
+                rquickjs::Error::Exception => {
+                    uncaught(&ctx, ctx.catch(), "javascript: setup failed:")
+                }
                 e => format!("javascript: setup failed: {e}"),
             };
             eprintln!("{detail}");
@@ -292,7 +323,12 @@ fn main() -> ExitCode {
             }
         }
     }
-    let unhandled = REJECTIONS.with(|r| r.borrow().iter().map(|(_, m)| m.clone()).collect::<Vec<_>>());
+    let unhandled = REJECTIONS.with(|r| {
+        r.borrow()
+            .iter()
+            .map(|(_, m)| m.clone())
+            .collect::<Vec<_>>()
+    });
     if let Some(msg) = unhandled.first() {
         eprintln!("{msg}");
         exit(1);

@@ -34,7 +34,10 @@ pub fn resolve(file: &str) -> PathBuf {
 pub fn file_payload(file: &str) -> Result<Payload, String> {
     let path = resolve(file);
     match std::fs::metadata(&path) {
-        Ok(m) if m.is_file() => Ok(Payload { name: file.to_string(), path }),
+        Ok(m) if m.is_file() => Ok(Payload {
+            name: file.to_string(),
+            path,
+        }),
         _ => Err(format!(
             "input file {file:?} not found under /payloads (the filter is the script, \
              not an argument; with no file arguments every payload is read)"
@@ -63,9 +66,18 @@ pub fn read_payloads_json(path: &str) -> Result<Vec<Payload>, String> {
             let name = field(item, "name").or_else(|| field(item, "id"));
             let path = field(item, "path");
             match (name, path) {
-                (Some(name), Some(path)) => Ok(Payload { name, path: path.into() }),
-                (Some(name), None) => Ok(Payload { path: resolve(&name), name }),
-                (None, Some(path)) => Ok(Payload { name: path.clone(), path: path.into() }),
+                (Some(name), Some(path)) => Ok(Payload {
+                    name,
+                    path: path.into(),
+                }),
+                (Some(name), None) => Ok(Payload {
+                    path: resolve(&name),
+                    name,
+                }),
+                (None, Some(path)) => Ok(Payload {
+                    name: path.clone(),
+                    path: path.into(),
+                }),
                 (None, None) => Err(format!("{file}: an entry has neither name nor path")),
             }
         })
@@ -84,9 +96,20 @@ pub struct PayloadInputs<'a> {
 }
 
 impl<'a> PayloadInputs<'a> {
-    pub fn new(payloads: Vec<Payload>, mode: Mode, slurp: bool, filename: &'a RefCell<Val>) -> Self {
+    pub fn new(
+        payloads: Vec<Payload>,
+        mode: Mode,
+        slurp: bool,
+        filename: &'a RefCell<Val>,
+    ) -> Self {
         let payloads = payloads.into_iter();
-        Self { payloads, mode, slurp, filename, cur: None }
+        Self {
+            payloads,
+            mode,
+            slurp,
+            filename,
+            cur: None,
+        }
     }
 
     /// The next value of the (unslurped) stream.
@@ -159,7 +182,10 @@ fn open(p: &Payload, mode: Mode) -> Result<Vals, String> {
     let f = File::open(&p.path).map_err(|e| open_error(p, e))?;
     let name = p.name.clone();
     match mode {
-        Mode::Raw => Ok(Box::new(Lines { r: BufReader::with_capacity(BUF_SIZE, f), name })),
+        Mode::Raw => Ok(Box::new(Lines {
+            r: BufReader::with_capacity(BUF_SIZE, f),
+            name,
+        })),
         Mode::Json => {
             let size = f.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
             if size <= READ_WHOLE_MAX {
@@ -216,7 +242,11 @@ impl SliceVals {
         // the parser yields own their data and never borrow from `buf`.
         let slice: &'static [u8] = unsafe { &*buf };
         let iter = Box::new(jaq_json::read::parse_many(slice));
-        Self { buf, iter: Some(iter), name }
+        Self {
+            buf,
+            iter: Some(iter),
+            name,
+        }
     }
 
     fn describe(&self, e: jaq_json::read::Error) -> String {
@@ -232,7 +262,11 @@ impl SliceVals {
             Some(o) if o <= buf.len() => {
                 let before = &buf[..o];
                 let line = before.iter().filter(|c| **c == b'\n').count() + 1;
-                let col = o - before.iter().rposition(|c| *c == b'\n').map_or(0, |i| i + 1) + 1;
+                let col = o - before
+                    .iter()
+                    .rposition(|c| *c == b'\n')
+                    .map_or(0, |i| i + 1)
+                    + 1;
                 format!(" (line {line}, column {col})")
             }
             _ => String::new(),

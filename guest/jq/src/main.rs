@@ -34,7 +34,7 @@ The filter is the script; the input is the stream of payloads, in order.
   -s, --slurp           all inputs as one array (with -R: one string)
   -r, --raw-output      print strings without quotes
   -j, --join-output     like -r, without a newline after each output
-  -a, --ascii-output    accepted, no effect
+  -a, -C, -M            accepted, no effect (ASCII, colours)
   -c, --compact-output  compact output (the default)
       --indent N        pretty-print with N spaces (0 = compact)
       --tab             pretty-print with tabs
@@ -78,7 +78,10 @@ type Fun = native::Filter<Native<DataKind>>;
 
 fn funs() -> impl Iterator<Item = Fun> {
     let run = native::run::<DataKind>;
-    let input = jaq_std::input::funs::<DataKind>().into_vec().into_iter().map(run);
+    let input = jaq_std::input::funs::<DataKind>()
+        .into_vec()
+        .into_iter()
+        .map(run);
     let input_filename = run(("input_filename", native::v(0), |cv| {
         let name = cv.0.data().filename.borrow().clone();
         Box::new(core::iter::once(Ok(name)))
@@ -124,7 +127,9 @@ fn parse_args(args: &[String]) -> Result<Cli, Usage> {
             if arg != "--args" && arg != "--jsonargs" {
                 let v = if json {
                     jaq_json::read::parse_single(arg.as_bytes()).map_err(|e| {
-                        Usage(format!("invalid JSON text passed to --jsonargs: {arg:?}: {e}"))
+                        Usage(format!(
+                            "invalid JSON text passed to --jsonargs: {arg:?}: {e}"
+                        ))
                     })?
                 } else {
                     Val::from(arg.clone())
@@ -139,19 +144,17 @@ fn parse_args(args: &[String]) -> Result<Cli, Usage> {
             "--slurp" => cli.slurp = true,
             "--raw-output" => cli.raw_output = true,
             "--join-output" => cli.join_output = true,
-            "--compact-output" | "--ascii-output" | "--monochrome-output" | "--unbuffered" => {
-                cli.indent = None
-            }
+            "--compact-output" => cli.indent = None,
+            // no effect here: output is ASCII-safe JSON, never coloured, flushed at the end
+            "--ascii-output" | "--monochrome-output" | "--color-output" | "--unbuffered" => {}
             "--sort-keys" => cli.sort_keys = true,
             "--exit-status" => cli.exit_status = true,
             "--tab" => cli.indent = Some("\t".into()),
             "--indent" => {
                 let n = value(&mut it, arg, "a number")?;
-                let n: usize = n
-                    .parse()
-                    .ok()
-                    .filter(|n| *n <= 7)
-                    .ok_or_else(|| Usage(format!("--indent takes a number from 0 to 7, not {n:?}")))?;
+                let n: usize = n.parse().ok().filter(|n| *n <= 7).ok_or_else(|| {
+                    Usage(format!("--indent takes a number from 0 to 7, not {n:?}"))
+                })?;
                 cli.indent = (n > 0).then(|| " ".repeat(n));
             }
             "--arg" => {
@@ -178,14 +181,20 @@ fn parse_args(args: &[String]) -> Result<Cli, Usage> {
                 } else {
                     jaq_json::read::parse_many(&bytes)
                         .collect::<Result<Val, _>>()
-                        .map_err(|e| Usage(format!("{arg} {name}: invalid JSON in {file:?}: {e}")))?
+                        .map_err(|e| {
+                            Usage(format!("{arg} {name}: invalid JSON in {file:?}: {e}"))
+                        })?
                 };
                 cli.named.push((name, v));
             }
             "--args" => rest = Some(false),
             "--jsonargs" => rest = Some(true),
             "--help" => cli.help = true,
-            "-" => return Err(Usage("stdin is empty here: the inputs are the payloads".into())),
+            "-" => {
+                return Err(Usage(
+                    "stdin is empty here: the inputs are the payloads".into(),
+                ));
+            }
             long if long.starts_with("--") => {
                 return Err(Usage(format!("unknown option: {long}")));
             }
@@ -197,7 +206,8 @@ fn parse_args(args: &[String]) -> Result<Cli, Usage> {
                         's' => cli.slurp = true,
                         'r' => cli.raw_output = true,
                         'j' => cli.join_output = true,
-                        'c' | 'a' | 'M' => cli.indent = None,
+                        'c' => cli.indent = None,
+                        'a' | 'M' | 'C' => {}
                         'S' => cli.sort_keys = true,
                         'e' => cli.exit_status = true,
                         'h' => cli.help = true,
@@ -271,9 +281,15 @@ fn real_main(cli: Cli) -> u8 {
     // global variables: named arguments, then $ARGS and $ENV (empty: no environment)
     let mut var_names: Vec<String> = cli.named.iter().map(|(k, _)| format!("${k}")).collect();
     let mut var_vals: Vec<Val> = cli.named.iter().map(|(_, v)| v.clone()).collect();
-    let named = cli.named.iter().map(|(k, v)| (Val::from(k.clone()), v.clone()));
+    let named = cli
+        .named
+        .iter()
+        .map(|(k, v)| (Val::from(k.clone()), v.clone()));
     let args_obj = [
-        (Val::from("positional".to_string()), cli.positional.iter().cloned().collect()),
+        (
+            Val::from("positional".to_string()),
+            cli.positional.iter().cloned().collect(),
+        ),
         (Val::from("named".to_string()), Val::obj(named.collect())),
     ];
     var_names.push("$ARGS".into());
@@ -294,7 +310,11 @@ fn real_main(cli: Cli) -> u8 {
     let stream = PayloadInputs::new(payloads, mode, cli.slurp, &filename);
     let stream: Box<dyn Iterator<Item = Result<Val, String>> + '_> = Box::new(stream);
     let inputs = RcIter::new(stream);
-    let data = Data { lut: &filter.lut, inputs: &inputs, filename: &filename };
+    let data = Data {
+        lut: &filter.lut,
+        inputs: &inputs,
+        filename: &filename,
+    };
     let ctx = Ctx::<DataKind>::new(&data, Vars::new(var_vals));
 
     let pp = jaq_json::write::Pp {
@@ -308,8 +328,9 @@ fn real_main(cli: Cli) -> u8 {
     let mut errors = 0usize;
     let mut last: Option<bool> = None;
 
-    let null = RcIter::new(Box::new(core::iter::once(Ok(Val::Null)))
-        as Box<dyn Iterator<Item = Result<Val, String>>>);
+    let null =
+        RcIter::new(Box::new(core::iter::once(Ok(Val::Null)))
+            as Box<dyn Iterator<Item = Result<Val, String>>>);
     let top: &RcIter<dyn Iterator<Item = Result<Val, String>> + '_> =
         if cli.null_input { &null } else { &inputs };
 
@@ -380,14 +401,18 @@ fn real_main(cli: Cli) -> u8 {
 
 fn compile_filter(code: &str, vars: &[String]) -> Result<jaq_core::Filter<DataKind>, String> {
     let arena = load::Arena::default();
-    let defs = jaq_core::defs().chain(jaq_std::defs()).chain(jaq_json::defs());
+    let defs = jaq_core::defs()
+        .chain(jaq_std::defs())
+        .chain(jaq_json::defs());
     let loader = load::Loader::new(defs);
     let file = load::File { path: (), code };
     let modules = loader
         .load(&arena, file)
         .map_err(|errs| report::load_errors(code, errs))?;
-    load::import(&modules, |_| Err("module and data imports are not supported".into()))
-        .map_err(|errs| report::load_errors(code, errs))?;
+    load::import(&modules, |_| {
+        Err("module and data imports are not supported".into())
+    })
+    .map_err(|errs| report::load_errors(code, errs))?;
     compile::Compiler::default()
         .with_funs(funs())
         .with_global_vars(vars.iter().map(|v| &**v))

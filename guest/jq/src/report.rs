@@ -12,7 +12,10 @@ fn located(out: &mut String, code: &str, found: &str, msg: &str) {
     let line_no = code[..start].matches('\n').count() + 1;
     let col = code[line_start..start].chars().count() + 1;
     let line = &code[line_start..line_end];
-    let width = code[start..range.end.clamp(start, line_end)].chars().count().max(1);
+    let width = code[start..range.end.clamp(start, line_end)]
+        .chars()
+        .count()
+        .max(1);
     let _ = writeln!(out, "jq: error: {msg} at line {line_no}, column {col}:");
     let _ = writeln!(out, "    {}", line.replace('\t', " "));
     let _ = writeln!(out, "    {}{}", " ".repeat(col - 1), "^".repeat(width));
@@ -22,7 +25,11 @@ pub fn load_errors(code: &str, errs: load::Errors<&str, ()>) -> String {
     let mut out = String::new();
     for (file, err) in errs {
         // only the script itself is ever loaded (no module imports)
-        let code = if file.code.is_empty() { code } else { file.code };
+        let code = if file.code.is_empty() {
+            code
+        } else {
+            file.code
+        };
         match err {
             load::Error::Io(errs) => {
                 for (path, e) in errs {
@@ -32,7 +39,8 @@ pub fn load_errors(code: &str, errs: load::Errors<&str, ()>) -> String {
             load::Error::Lex(errs) => {
                 for (expected, found) in errs {
                     // point at the first character only
-                    let found = &found[..found.char_indices().nth(1).map_or(found.len(), |(i, _)| i)];
+                    let found =
+                        &found[..found.char_indices().nth(1).map_or(found.len(), |(i, _)| i)];
                     let got = if found.is_empty() {
                         "unexpected end of input".to_string()
                     } else {
@@ -62,7 +70,11 @@ pub fn load_errors(code: &str, errs: load::Errors<&str, ()>) -> String {
 pub fn compile_errors(code: &str, errs: compile::Errors<&str, ()>) -> String {
     let mut out = String::new();
     for (file, errs) in errs {
-        let code = if file.code.is_empty() { code } else { file.code };
+        let code = if file.code.is_empty() {
+            code
+        } else {
+            file.code
+        };
         for (found, undefined) in errs {
             let msg = match (found, &undefined) {
                 ("reduce", compile::Undefined::Filter(a)) => {
