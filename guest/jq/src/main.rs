@@ -123,20 +123,21 @@ fn parse_args(args: &[String]) -> Result<Cli, Usage> {
             .ok_or_else(|| Usage(format!("{flag} takes {what}")))
     };
     while let Some(arg) = it.next() {
-        if let Some(json) = rest {
-            if arg != "--args" && arg != "--jsonargs" {
-                let v = if json {
-                    jaq_json::read::parse_single(arg.as_bytes()).map_err(|e| {
-                        Usage(format!(
-                            "invalid JSON text passed to --jsonargs: {arg:?}: {e}"
-                        ))
-                    })?
-                } else {
-                    Val::from(arg.clone())
-                };
-                cli.positional.push(v);
-                continue;
-            }
+        if let Some(json) = rest
+            && arg != "--args"
+            && arg != "--jsonargs"
+        {
+            let v = if json {
+                jaq_json::read::parse_single(arg.as_bytes()).map_err(|e| {
+                    Usage(format!(
+                        "invalid JSON text passed to --jsonargs: {arg:?}: {e}"
+                    ))
+                })?
+            } else {
+                Val::from(arg.clone())
+            };
+            cli.positional.push(v);
+            continue;
         }
         match arg.as_str() {
             "--null-input" => cli.null_input = true,
