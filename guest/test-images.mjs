@@ -553,6 +553,15 @@ async function pyTests() {
     expect(await py('raise SystemExit'), 0, '');
     expect(await py('import sys\nsys.exit(0)'), 0, '');
   });
+  await test('python: stdout is buffered, and flushed on success, exceptions and exits', async () => {
+    const ok = await py('for i in range(200000):\n    print(i)');
+    expect(ok, 0);
+    assert.equal(ok.stdout.split('\n').length, 200001);
+    const err = await py('print("a")\nprint("é ✓")\nraise ValueError("v")');
+    expect(err, 1, 'a\né ✓\n');
+    expect(await py('import sys\nprint("b")\nsys.exit(2)'), 2, 'b\n');
+    console.log(`     (200,000 lines: ${Math.round(ok.ms)} ms)`);
+  });
   await test('python: fresh randomness per run', async () => {
     const a = await py('import random\nprint(random.random())');
     const b = await py('import random\nprint(random.random())');

@@ -27,7 +27,7 @@ import functools  # noqa: F401
 import gzip  # noqa: F401
 import hashlib  # noqa: F401
 import heapq  # noqa: F401
-import io  # noqa: F401
+import io
 import itertools  # noqa: F401
 import json  # noqa: F401
 import math  # noqa: F401
@@ -54,7 +54,7 @@ _STDLIB = spillway_stdlib.embed()
 
 
 def _flush():
-    for stream in (sys.stdout, sys.stderr):
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__):
         try:
             stream.flush()
         except Exception:
@@ -108,6 +108,15 @@ def _main():
     except (SyntaxError, ValueError) as e:
         sys.stderr.write("".join(traceback.format_exception_only(type(e), e)))
         return 3
+
+    # componentize-py pre-initializes with PYTHONUNBUFFERED=1, which the snapshot keeps:
+    # stdout would be a raw FileIO with write_through, one host call per write.
+    # Buffer it (64 KiB); the runner flushes it at exit.
+    sys.stdout = io.TextIOWrapper(
+        io.BufferedWriter(io.FileIO(1, "w", closefd=False), 1 << 16),
+        encoding="utf-8",
+        errors="backslashreplace",
+    )
 
     main = types.ModuleType("__main__")
     main.__file__ = SCRIPT
