@@ -12,12 +12,12 @@ help: ## List the targets
 build: ## Build the release binary
 	$(CARGO) build --release --locked
 
-run: build ## Start a dev server on 127.0.0.1:50051 with data in ./spillway-data
+run: build images ## Start a dev server on 127.0.0.1:50051 with data in ./spillway-data
 	@echo "dev token: ./spillway-data/dev-token (the CLI finds it by itself)"
 	@echo "try, in another terminal: target/release/spillway session create --label demo"
 	$(BIN) serve --data-dir ./spillway-data
 
-test: ## Unit and integration tests, against both metadata engines
+test: images ## Build the images if needed, then unit and integration tests against both metadata engines
 	$(CARGO) test --locked --lib --bins
 	@for engine in $(ENGINES); do \
 		echo "== integration tests, store.engine = $$engine"; \
@@ -34,11 +34,15 @@ fmt: ## Format the code
 images: ## Build the code-mode sandbox images (jq, javascript, python) into sandbox-images/, installing their toolchains
 	bash guest/build-images.sh $(IMAGES)
 
-bench: ## Benchmarks with ratios against raw disk, serde_json and ripgrep (see benches/)
+JAQ := sandbox-images/build/tools/bin/jaq
+
+bench: images ## Benchmarks with ratios against raw disk, serde_json, ripgrep, jaq and native Rust (see benches/)
 	@command -v rg >/dev/null || (apt-get update -qq && apt-get install -y -qq ripgrep)
+	@test -x $(JAQ) || $(CARGO) install --locked --quiet jaq@3.1.2 --root sandbox-images/build/tools
 	$(CARGO) bench --locked --bench io_throughput
 	$(CARGO) bench --locked --bench offload_inspect_search
 	$(CARGO) bench --locked --bench compact_history
+	$(CARGO) bench --locked --bench codemode
 
 clean: ## Remove build output and the local dev data
 	$(CARGO) clean

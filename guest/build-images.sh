@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Build Spillway's sandbox images into sandbox-images/: jq.wasm, javascript.wasm
 # (WASI preview1 command modules, Rust) and python.wasm (a wasi:cli/command
-# component, componentize-py), each with its manifest <name>.json.
+# component, componentize-py), each with its manifest <name>.json; plus
+# probe.wasm, the test guest the tests and benches send as a `wasm` module.
 #
-#   guest/build-images.sh [jq] [javascript] [python]     (default: all three)
+#   guest/build-images.sh [jq] [javascript] [python] [probe]     (default: all)
 #
 # Installs what it needs when it is missing, and only then: the rustup target
 # wasm32-wasip1; Debian's clang-14, lld-14, wasi-libc and libclang-rt-14-dev-wasm32
@@ -24,11 +25,11 @@ APT_PACKAGES=(clang-14 lld-14 wasi-libc libclang-rt-14-dev-wasm32)
 NICE=(nice -n 10)
 
 images=("$@")
-[ ${#images[@]} -gt 0 ] || images=(jq javascript python)
+[ ${#images[@]} -gt 0 ] || images=(jq javascript python probe)
 for image in "${images[@]}"; do
   case "$image" in
-    jq | javascript | python) ;;
-    *) echo "build-images.sh: unknown image '$image' (jq, javascript, python)" >&2; exit 2 ;;
+    jq | javascript | python | probe) ;;
+    *) echo "build-images.sh: unknown image '$image' (jq, javascript, python, probe)" >&2; exit 2 ;;
   esac
 done
 
@@ -169,7 +170,18 @@ build_python() {
   report python "$started"
 }
 
-if has_image jq || has_image javascript; then ensure_rust_target; fi
+# The probe is no runtime image: the tests and benches send it as a `wasm`
+# module (escape attempts, limit hits, a native-Rust aggregation). No manifest.
+build_probe() {
+  local started
+  started=$(date +%s)
+  log "probe (test guest, wasm32-wasip1)"
+  cargo_build "$GUEST/probe"
+  install_wasm "$TARGET_DIR/wasm32-wasip1/release/spillway-probe.wasm" probe
+  report probe "$started"
+}
+
+if has_image jq || has_image javascript || has_image probe; then ensure_rust_target; fi
 for image in "${images[@]}"; do
   "build_$image"
 done

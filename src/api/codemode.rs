@@ -293,6 +293,10 @@ fn status_of(s: ExecStatus) -> proto::ExecStatus {
     }
 }
 
+/// The inputs, each with what the sandbox needs to link it, and the args
+/// left for the guest.
+type Resolved = (Vec<(PayloadRecord, ExecInput)>, Vec<String>);
+
 /// The exec's inputs and the args left for the guest. Inputs come from the
 /// session or its parent; anything else is reported as not found.
 fn resolve_inputs(
@@ -301,7 +305,7 @@ fn resolve_inputs(
     ids: &[String],
     runtime: &str,
     mut args: Vec<String>,
-) -> ApiResult<(Vec<(PayloadRecord, ExecInput)>, Vec<String>)> {
+) -> ApiResult<Resolved> {
     let mut records: Vec<PayloadRecord> = Vec::new();
     if ids.is_empty() {
         // jq: `args[0]` may name the input payload, by ID or name.

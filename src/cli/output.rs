@@ -233,7 +233,7 @@ pub fn exec(r: &proto::ExecResult) {
 /// The runtimes on offer.
 pub fn runtimes(r: &proto::ListRuntimesResponse) {
     for rt in &r.runtimes {
-        let l = rt.default_limits.clone().unwrap_or_default();
+        let l = rt.default_limits.unwrap_or_default();
         println!(
             "{:<11} {}\n            default: {} ms, {} bytes memory, {} bytes stdout\n            {}",
             rt.name,

@@ -66,7 +66,7 @@ async fn list_runtimes_offers_jq_javascript_python_and_wasm_with_defaults() {
         "run `make images` if images are missing"
     );
     for rt in &r.runtimes {
-        let l = rt.default_limits.clone().unwrap();
+        let l = rt.default_limits.unwrap();
         assert_eq!(
             (l.timeout_ms, l.memory_bytes),
             (30_000, 512 << 20),
