@@ -221,10 +221,23 @@ impl CodeModeService {
         } else {
             None
         };
-        let (stdout, stdout_payload) = match offloaded {
+        let (mut stdout, stdout_payload) = match offloaded {
             Some(o) if o.payload.is_some() => (o.content, o.payload.as_ref().map(convert::payload)),
             _ => (stdout_text, None),
         };
+        // A closed session cannot take the offloaded copy: return what fits
+        // in a reply, and say so.
+        let max_inline = self.state.config.limits.max_response_message_bytes / 2;
+        if stdout_payload.is_none() && stdout.len() > max_inline {
+            let mut cut = max_inline;
+            while !stdout.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            stdout.truncate(cut);
+            message.push_str(&format!(
+                "; stdout was {stdout_bytes} bytes and the session is closed, so it could not be offloaded: only the first {cut} bytes are returned. Print less, or run it in an open session"
+            ));
+        }
 
         let (files, skipped) = {
             let work = finished.work.clone();
@@ -256,7 +269,9 @@ impl CodeModeService {
         if !skipped.is_empty() {
             message.push_str(&format!("; not kept from /out: {}", skipped.join(", ")));
         }
-        drop(finished.work);
+        // Removing the exec directory is file-system work: off the RPC threads.
+        let work = finished.work;
+        tokio::task::spawn_blocking(move || drop(work));
 
         Ok(proto::ExecResult {
             status: status_of(verdict.status) as i32,
