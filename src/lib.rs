@@ -18,6 +18,8 @@
 //! - [`inspect`]: content-type detection and bounded JSON scanning.
 //! - [`offload`]: token estimates, the per-turn offload decision, previews and
 //!   notices.
+//! - [`redact`]: policy redaction rules (built-ins and regexes) applied to
+//!   bytes, one-shot or streaming in bounded memory.
 //! - [`context`]: history repair, budgets, microcompaction, recall keys and
 //!   the chat-history JSON adapters.
 //! - [`api`]: the tonic services; the only code that sees prost types.
@@ -34,6 +36,7 @@ pub mod error;
 pub mod ids;
 pub mod inspect;
 pub mod offload;
+pub mod redact;
 pub mod server;
 pub mod shutdown;
 pub mod store;
