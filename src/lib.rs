@@ -22,11 +22,14 @@
 //!   bytes, one-shot or streaming in bounded memory.
 //! - [`context`]: history repair, budgets, microcompaction, recall keys and
 //!   the chat-history JSON adapters.
+//! - [`audit`]: audit events in a tamper-evident hash chain: canonical
+//!   form, sealing, streaming verification, export lines.
 //! - [`api`]: the tonic services; the only code that sees prost types.
 //! - [`cli`]: the client subcommands of the `spillway` binary.
 //! - [`proto`]: the generated `spillway.v1` types.
 
 pub mod api;
+pub mod audit;
 pub mod auth;
 pub mod cli;
 pub mod clock;
