@@ -13,7 +13,7 @@
 //! | --- | --- |
 //! | `aws_access_key` | AWS access key IDs: `AKIA`, `ASIA`, `ABIA`, `ACCA` or `A3T?` and 16 base-32 chars, between word boundaries |
 //! | `bearer_token` | `Bearer` (any case), blanks, and a token of 16 or more token68 chars: the whole of it |
-//! | `private_key` | a PEM private key block of any key type, `-----BEGIN … PRIVATE KEY-----` to its `-----END` line |
+//! | `private_key` | a PEM private key block of any key type: a `-----BEGIN … PRIVATE KEY-----` line (or `… PRIVATE KEY BLOCK-----`) through the first such `-----END` line after it |
 //! | `email` | `local@domain.tld`, ASCII |
 //! | `credit_card` | 13 to 19 digits, optionally separated by single spaces or dashes, between word boundaries, that pass the Luhn check |
 //!
@@ -39,6 +39,7 @@
 //! [`MAX_PATTERN_LEN`] bytes that compiles to at most [`MAX_REGEX_BYTES`] and
 //! cannot match the empty string.
 
+mod card;
 mod rules;
 mod stream;
 

@@ -3,15 +3,17 @@
 //!
 //! The built-ins are ASCII-only (`(?-u)`), so their word boundaries and
 //! classes look at single bytes and never need more than one byte of context.
-//! `credit_card` is the one rule with a check beyond its regex: the Luhn
-//! checksum.
+//! Three are plain regexes. `private_key` is a BEGIN-line regex followed by
+//! an END-line regex, which equals `begin(?s:.)*?end` (a test checks it)
+//! without the engine scanning back over the lazy middle on every search.
+//! `credit_card` is matched by hand ([`card`]).
 
 use std::ops::Range;
 use std::sync::LazyLock;
 
 use regex::bytes::{Regex, RegexBuilder};
 
-use super::RedactError;
+use super::{RedactError, card};
 
 /// The prefix that names a built-in rule.
 pub const BUILTIN_PREFIX: &str = "builtin:";
@@ -28,59 +30,49 @@ pub const MAX_PATTERN_LEN: usize = 4096;
 /// The compiled-size limit of one custom regex (`RegexBuilder::size_limit`).
 pub const MAX_REGEX_BYTES: usize = 1 << 20;
 
-/// What a rule checks beyond its regex.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Check {
-    /// Nothing: every regex match counts.
-    None,
-    /// The match (or its longest group-aligned prefix) must pass the Luhn check.
-    Luhn,
+/// How a rule finds matches.
+#[derive(Debug, Clone)]
+enum Matcher {
+    /// Every non-empty regex match.
+    Regex(Regex),
+    /// A `begin` match, then everything up to the end of the first `end`
+    /// match after it: `begin(?s:.)*?end`, without the regex engine's cost
+    /// of scanning back over the lazy middle to find where a match starts.
+    Block { begin: Regex, end: Regex },
+    /// Card numbers ([`card`]).
+    Card,
 }
 
-/// The built-ins: name, pattern, check.
-const BUILTINS: [(&str, &str, Check); 5] = [
-    (
-        "aws_access_key",
-        r"(?-u)\b(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16}\b",
-        Check::None,
-    ),
-    (
-        "bearer_token",
-        r"(?-u)\b(?i:bearer)[ \t]+[A-Za-z0-9._~+/-]{16,}=*",
-        Check::None,
-    ),
-    (
-        "private_key",
-        r"(?-u)-----BEGIN (?:[A-Z0-9]+ ){0,3}PRIVATE KEY(?: BLOCK)?-----(?s:.)*?-----END (?:[A-Z0-9]+ ){0,3}PRIVATE KEY(?: BLOCK)?-----",
-        Check::None,
-    ),
-    (
-        "email",
-        r"(?-u)[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}",
-        Check::None,
-    ),
-    (
-        "credit_card",
-        r"(?-u)\b[0-9](?:[ -]?[0-9]){12,18}\b",
-        Check::Luhn,
-    ),
-];
+const PEM_BEGIN: &str = r"(?-u)-----BEGIN (?:[A-Z0-9]+ ){0,3}PRIVATE KEY(?: BLOCK)?-----";
+const PEM_END: &str = r"(?-u)-----END (?:[A-Z0-9]+ ){0,3}PRIVATE KEY(?: BLOCK)?-----";
 
 /// The built-in names, in the order the error messages list them.
 pub const BUILTIN_NAMES: [&str; 5] = [
-    BUILTINS[0].0,
-    BUILTINS[1].0,
-    BUILTINS[2].0,
-    BUILTINS[3].0,
-    BUILTINS[4].0,
+    "aws_access_key",
+    "bearer_token",
+    "private_key",
+    "email",
+    "credit_card",
 ];
 
-/// The built-ins compiled once per process; a `Regex` clone shares it.
-static COMPILED: LazyLock<Vec<Regex>> = LazyLock::new(|| {
-    BUILTINS
-        .iter()
-        .map(|(_, pattern, _)| Regex::new(pattern).expect("built-in patterns compile"))
-        .collect()
+/// The built-ins, compiled once per process (a `Regex` clone shares its
+/// compiled form), in the order of [`BUILTIN_NAMES`].
+static BUILTINS: LazyLock<[Matcher; 5]> = LazyLock::new(|| {
+    let re = |pattern: &str| Regex::new(pattern).expect("built-in patterns compile");
+    [
+        Matcher::Regex(re(
+            r"(?-u)\b(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16}\b",
+        )),
+        Matcher::Regex(re(r"(?-u)\b(?i:bearer)[ \t]+[A-Za-z0-9._~+/-]{16,}=*")),
+        Matcher::Block {
+            begin: re(PEM_BEGIN),
+            end: re(PEM_END),
+        },
+        Matcher::Regex(re(
+            r"(?-u)[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}",
+        )),
+        Matcher::Card,
+    ]
 });
 
 /// One compiled rule.
@@ -90,22 +82,20 @@ pub(crate) struct Rule {
     pub name: &'static str,
     /// `[REDACTED:<name>]`.
     pub marker: Box<[u8]>,
-    re: Regex,
-    check: Check,
+    matcher: Matcher,
 }
 
 impl Rule {
     /// Compiles rule number `index` of a policy's list.
     pub fn compile(index: usize, source: &str) -> Result<Rule, RedactError> {
         if let Some(name) = source.strip_prefix(BUILTIN_PREFIX) {
-            let Some(i) = BUILTINS.iter().position(|(n, _, _)| *n == name) else {
+            let Some(i) = BUILTIN_NAMES.iter().position(|n| *n == name) else {
                 return Err(RedactError::UnknownBuiltin {
                     index,
                     rule: clip(source),
                 });
             };
-            let (name, _, check) = BUILTINS[i];
-            return Ok(Rule::new(name, COMPILED[i].clone(), check));
+            return Ok(Rule::new(BUILTIN_NAMES[i], BUILTINS[i].clone()));
         }
         let invalid = |message: String| RedactError::InvalidRegex {
             index,
@@ -138,39 +128,41 @@ impl Rule {
                 rule: clip(source),
             });
         }
-        Ok(Rule::new(CUSTOM, re, Check::None))
+        Ok(Rule::new(CUSTOM, Matcher::Regex(re)))
     }
 
-    fn new(name: &'static str, re: Regex, check: Check) -> Rule {
+    fn new(name: &'static str, matcher: Matcher) -> Rule {
         let marker = format!("[REDACTED:{name}]").into_bytes().into_boxed_slice();
         Rule {
             name,
             marker,
-            re,
-            check,
+            matcher,
         }
     }
 
     /// The leftmost non-empty match that starts at or after `from`, as the
-    /// regex chooses it at that start (for `credit_card`: the longest
-    /// group-aligned piece of it that passes Luhn). Bytes before `from` are
-    /// look-behind context only.
-    pub fn find(&self, hay: &[u8], mut from: usize) -> Option<Range<usize>> {
-        while from <= hay.len() {
-            let m = self.re.find_at(hay, from)?;
-            if m.is_empty() {
-                from = m.start() + 1;
-                continue;
+    /// rule chooses it at that start. Bytes before `from` are look-behind
+    /// context only.
+    pub fn find(&self, hay: &[u8], from: usize) -> Option<Range<usize>> {
+        match &self.matcher {
+            Matcher::Regex(re) => {
+                let mut from = from;
+                while from <= hay.len() {
+                    let m = re.find_at(hay, from)?;
+                    if !m.is_empty() {
+                        return Some(m.range());
+                    }
+                    from = m.start() + 1;
+                }
+                None
             }
-            match self.check {
-                Check::None => return Some(m.range()),
-                Check::Luhn => match luhn_prefix(m.as_bytes()) {
-                    Some(len) => return Some(m.start()..m.start() + len),
-                    None => from = m.start() + 1,
-                },
+            Matcher::Block { begin, end } => {
+                let b = begin.find_at(hay, from)?;
+                let e = end.find_at(hay, b.end())?;
+                Some(b.start()..e.end())
             }
+            Matcher::Card => card::find(hay, from),
         }
-        None
     }
 }
 
@@ -187,66 +179,58 @@ fn clip(source: &str) -> String {
     format!("{}…", &source[..end])
 }
 
-/// The length of the longest prefix of a card candidate (digits with single
-/// separators) that ends at its end or before a separator, holds 13 to 19
-/// digits and passes the Luhn check.
-fn luhn_prefix(candidate: &[u8]) -> Option<usize> {
-    let ends = std::iter::once(candidate.len()).chain(
-        (0..candidate.len())
-            .rev()
-            .filter(|&i| !candidate[i].is_ascii_digit()),
-    );
-    for end in ends {
-        let digits = candidate[..end].iter().filter(|b| b.is_ascii_digit());
-        if (13..=19).contains(&digits.clone().count()) && luhn(digits.copied()) {
-            return Some(end);
-        }
-    }
-    None
-}
-
-/// The Luhn checksum over ASCII digits, most significant first.
-fn luhn(digits: impl DoubleEndedIterator<Item = u8>) -> bool {
-    let sum: u32 = digits
-        .rev()
-        .enumerate()
-        .map(|(i, d)| {
-            let d = u32::from(d - b'0');
-            if i % 2 == 1 {
-                let twice = d * 2;
-                if twice > 9 { twice - 9 } else { twice }
-            } else {
-                d
-            }
-        })
-        .sum();
-    sum.is_multiple_of(10)
-}
-
 #[cfg(test)]
 mod tests {
+    use rand::rngs::StdRng;
+    use rand::{RngExt, SeedableRng};
+
     use super::*;
 
     #[test]
     fn every_builtin_compiles() {
-        assert_eq!(COMPILED.len(), BUILTINS.len());
+        for (i, name) in BUILTIN_NAMES.iter().enumerate() {
+            let rule = Rule::compile(i, &format!("{BUILTIN_PREFIX}{name}")).unwrap();
+            assert_eq!(rule.name, *name);
+            assert_eq!(&rule.marker[..], format!("[REDACTED:{name}]").as_bytes());
+        }
     }
 
     #[test]
-    fn luhn_accepts_known_test_numbers_and_rejects_a_changed_digit() {
-        assert!(luhn(b"4111111111111111".iter().copied()));
-        assert!(luhn(b"378282246310005".iter().copied()));
-        assert!(luhn(b"5500000000000004".iter().copied()));
-        assert!(!luhn(b"4111111111111112".iter().copied()));
-        assert!(!luhn(b"378282246310006".iter().copied()));
-    }
-
-    #[test]
-    fn card_candidate_falls_back_to_its_longest_valid_group_prefix() {
-        // A card followed by a CVV: the 19 digits fail Luhn, the first 16 pass.
-        assert_eq!(luhn_prefix(b"4111 1111 1111 1111 123"), Some(19));
-        assert_eq!(luhn_prefix(b"4111-1111-1111-1111"), Some(19));
-        assert_eq!(luhn_prefix(b"4111 1111 1111 1112"), None);
+    fn key_blocks_match_as_the_lazy_regex_would() {
+        let lazy = Regex::new(&format!("{PEM_BEGIN}(?s:.)*?{PEM_END}")).unwrap();
+        let rule = Rule::compile(0, "builtin:private_key").unwrap();
+        let pieces: [&[u8]; 8] = [
+            b"-----BEGIN RSA PRIVATE KEY-----",
+            b"-----END RSA PRIVATE KEY-----",
+            b"-----BEGIN PGP PRIVATE KEY BLOCK-----",
+            b"-----END PGP PRIVATE KEY BLOCK-----",
+            b"-----BEGIN PUBLIC KEY-----",
+            b"MIIBOgIBAAJBAKj34GkxFhD90vcNLYLInFEX6Ppy1tPf9Cnzj4p4WGeKLs1Pt8Qu\n",
+            b"-----END ",
+            b"\xff\n",
+        ];
+        let mut rng = StdRng::seed_from_u64(3);
+        let mut found = 0;
+        for _ in 0..3000 {
+            let mut hay = Vec::new();
+            for _ in 0..rng.random_range(0..10) {
+                hay.extend_from_slice(pieces[rng.random_range(0..pieces.len())]);
+            }
+            let mut from = rng.random_range(0..=hay.len());
+            loop {
+                let want = lazy.find_at(&hay, from).map(|m| m.range());
+                assert_eq!(
+                    rule.find(&hay, from),
+                    want,
+                    "{:?}",
+                    String::from_utf8_lossy(&hay)
+                );
+                let Some(m) = want else { break };
+                found += 1;
+                from = m.end;
+            }
+        }
+        assert!(found > 200, "{found}");
     }
 
     #[test]
