@@ -63,8 +63,9 @@ fn scan_run(hay: &[u8], first: usize) -> Result<Range<usize>, usize> {
             !hay[p - 1].is_ascii_digit()
         };
         let d = u32::from(hay[p] - b'0');
-        total[j % 2] += d;
-        total[2 + j % 2] += if d > 4 { d * 2 - 9 } else { d * 2 };
+        // Wrapping: only differences of sums are used, and those stay exact.
+        total[j % 2] = total[j % 2].wrapping_add(d);
+        total[2 + j % 2] = total[2 + j % 2].wrapping_add(if d > 4 { d * 2 - 9 } else { d * 2 });
         let q = p + 1;
         let next = match hay.get(q) {
             Some(b) if b.is_ascii_digit() => Some(q),
@@ -115,7 +116,8 @@ fn decide(
             let after = if e == j { total } else { sums[(e + 1) % RING] };
             // The last digit is as is, the one before it doubled, and so on.
             let (plain, doubled) = (e % 2, 2 + (e + 1) % 2);
-            let sum = after[plain] - before[plain] + after[doubled] - before[doubled];
+            let sum = (after[plain].wrapping_sub(before[plain]))
+                .wrapping_add(after[doubled].wrapping_sub(before[doubled]));
             sum.is_multiple_of(10)
                 .then(|| pos[i % RING]..pos[e % RING] + 1)
         })

@@ -516,6 +516,14 @@ mod tests {
         }
     }
 
+    /// Streams go into upload tasks: they must be `Send` and own what they use.
+    #[allow(dead_code)]
+    fn streams_and_redactors_move_between_tasks() {
+        fn movable<T: Send + Sync + 'static>() {}
+        movable::<RedactStream>();
+        movable::<Redactor>();
+    }
+
     #[test]
     fn a_stream_holds_at_most_one_window_whatever_the_chunk_size() {
         let r = redactor(&ALL);
