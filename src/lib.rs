@@ -18,15 +18,20 @@
 //! - [`inspect`]: content-type detection and bounded JSON scanning.
 //! - [`offload`]: token estimates, the per-turn offload decision, previews and
 //!   notices.
+//! - [`redact`]: policy redaction rules (built-ins and regexes) applied to
+//!   bytes, one-shot or streaming in bounded memory.
 //! - [`context`]: history repair, budgets, microcompaction, recall keys and
 //!   the chat-history JSON adapters.
 //! - [`sandbox`]: code mode; wasmtime engines, runtime images, per-exec
 //!   directories and limits. The only module that names wasmtime.
+//! - [`audit`]: audit events in a tamper-evident hash chain: canonical
+//!   form, sealing, streaming verification, export lines.
 //! - [`api`]: the tonic services; the only code that sees prost types.
 //! - [`cli`]: the client subcommands of the `spillway` binary.
 //! - [`proto`]: the generated `spillway.v1` types.
 
 pub mod api;
+pub mod audit;
 pub mod auth;
 pub mod cli;
 pub mod clock;
@@ -36,6 +41,7 @@ pub mod error;
 pub mod ids;
 pub mod inspect;
 pub mod offload;
+pub mod redact;
 pub mod sandbox;
 pub mod server;
 pub mod shutdown;

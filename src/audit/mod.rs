@@ -1,0 +1,134 @@
+//! The audit log: every governed action becomes an [`AuditEvent`] in a
+//! tamper-evident hash chain (api.md, "Audit").
+//!
+//! - [`chain`]: the event, its canonical bytes, sealing, streaming
+//!   verification and the export line format. Pure logic, no storage.
+//! - [`action`] and [`outcome`]: the names events use.
+//!
+//! `scripts/verify_audit.py` verifies an export with nothing but Python's
+//! standard library; a unit test keeps it and [`chain`] in agreement.
+
+pub mod chain;
+
+pub use chain::{
+    AuditEvent, ChainBuilder, GENESIS_HASH, Verifier, VerifyOutcome, event_time, seal, verify,
+    verify_export,
+};
+
+/// What went wrong reading audit events.
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    /// A line of an export that is not one audit event.
+    #[error(
+        "not an audit event: {message}. Each line of an export is one JSON event with exactly the fields of AuditEvent"
+    )]
+    Malformed {
+        /// The parser's message.
+        message: String,
+    },
+    /// Reading the export failed.
+    #[error("reading the audit export failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Action names, `<noun>.<verb>`.
+pub mod action {
+    /// A session was created.
+    pub const SESSION_CREATE: &str = "session.create";
+    /// A session was closed (made read-only).
+    pub const SESSION_CLOSE: &str = "session.close";
+    /// A session was deleted.
+    pub const SESSION_DELETE: &str = "session.delete";
+    /// A turn of tool results went through Offload.
+    pub const PAYLOAD_OFFLOAD: &str = "payload.offload";
+    /// A payload was uploaded.
+    pub const PAYLOAD_UPLOAD: &str = "payload.upload";
+    /// A range of a payload was read.
+    pub const PAYLOAD_READ: &str = "payload.read";
+    /// A payload was downloaded.
+    pub const PAYLOAD_DOWNLOAD: &str = "payload.download";
+    /// A payload's structure was inspected.
+    pub const PAYLOAD_INSPECT: &str = "payload.inspect";
+    /// Payloads were searched.
+    pub const PAYLOAD_SEARCH: &str = "payload.search";
+    /// A payload was deleted.
+    pub const PAYLOAD_DELETE: &str = "payload.delete";
+    /// A script ran in the sandbox.
+    pub const EXEC_RUN: &str = "exec.run";
+    /// A policy was set.
+    pub const POLICY_SET: &str = "policy.set";
+    /// A legal hold was set or lifted.
+    pub const HOLD_SET: &str = "hold.set";
+    /// A call was refused for lack of rights.
+    pub const ACCESS_DENIED: &str = "access.denied";
+    /// A deletion receipt was fetched.
+    pub const RECEIPT_GET: &str = "receipt.get";
+    /// The audit log was queried.
+    pub const AUDIT_QUERY: &str = "audit.query";
+    /// The audit chain was verified.
+    pub const AUDIT_VERIFY: &str = "audit.verify";
+    /// A history was compacted (originals archived).
+    pub const HISTORY_COMPACT: &str = "history.compact";
+    /// An archived original was recalled.
+    pub const HISTORY_RECALL: &str = "history.recall";
+
+    /// Every action name.
+    pub const ALL: [&str; 19] = [
+        SESSION_CREATE,
+        SESSION_CLOSE,
+        SESSION_DELETE,
+        PAYLOAD_OFFLOAD,
+        PAYLOAD_UPLOAD,
+        PAYLOAD_READ,
+        PAYLOAD_DOWNLOAD,
+        PAYLOAD_INSPECT,
+        PAYLOAD_SEARCH,
+        PAYLOAD_DELETE,
+        EXEC_RUN,
+        POLICY_SET,
+        HOLD_SET,
+        ACCESS_DENIED,
+        RECEIPT_GET,
+        AUDIT_QUERY,
+        AUDIT_VERIFY,
+        HISTORY_COMPACT,
+        HISTORY_RECALL,
+    ];
+}
+
+/// Outcome names.
+pub mod outcome {
+    /// The action succeeded.
+    pub const OK: &str = "ok";
+    /// The action was refused (authentication, role, sharing, legal hold).
+    pub const DENIED: &str = "denied";
+    /// The action failed.
+    pub const ERROR: &str = "error";
+
+    /// Every outcome name.
+    pub const ALL: [&str; 3] = [OK, DENIED, ERROR];
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_lowercase_and_actions_are_noun_dot_verb() {
+        let mut seen = std::collections::HashSet::new();
+        for name in action::ALL.iter().chain(&outcome::ALL) {
+            assert!(seen.insert(name), "duplicate {name}");
+            assert!(
+                name.bytes().all(|b| b.is_ascii_lowercase() || b == b'.'),
+                "{name}"
+            );
+        }
+        for name in action::ALL {
+            let parts: Vec<_> = name.split('.').collect();
+            assert!(
+                parts.len() == 2 && parts.iter().all(|p| !p.is_empty()),
+                "{name}"
+            );
+        }
+    }
+}
