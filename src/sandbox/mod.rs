@@ -170,6 +170,8 @@ pub struct Finished {
     pub work: Arc<WorkDir>,
     /// Time spent waiting for a slot.
     pub queued: Duration,
+    /// Time spent building the exec directory.
+    pub setup: Duration,
     /// `/tmp` plus `/out` usage at exit.
     pub scratch_bytes: u64,
     /// Whether the runtime is a built-in image (exit codes 2 and 3 mean
@@ -507,7 +509,9 @@ impl Sandbox {
             self.seq.fetch_add(1, Ordering::Relaxed)
         );
         let script = if image { spec.source.as_str() } else { "" };
+        let setup_started = Instant::now();
         let work = Arc::new(self.work.create(&id, &spec.inputs, script)?);
+        let setup = setup_started.elapsed();
         let mut argv = Vec::with_capacity(spec.args.len() + 1);
         argv.push(if image {
             spec.runtime.clone()
@@ -533,6 +537,7 @@ impl Sandbox {
             outcome,
             work,
             queued,
+            setup,
             scratch_bytes,
             image,
         }))

@@ -196,6 +196,7 @@ mod tests {
             stdout: bytes::Bytes::new(),
             stderr: bytes::Bytes::new(),
             wall: Duration::from_millis(12),
+            instantiate: Duration::from_millis(1),
             peak_memory_bytes: 0,
             fuel_consumed: 0,
         }

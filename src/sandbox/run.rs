@@ -36,6 +36,7 @@ pub struct Host {
     scratch: ScratchLimit,
     timed_out: bool,
     scratch_over: Option<Usage>,
+    instantiated: Option<Instant>,
 }
 
 impl WasiView for Host {
@@ -179,6 +180,9 @@ pub struct RunOutcome {
     pub stderr: Bytes,
     /// Wall time of instantiation plus run.
     pub wall: Duration,
+    /// The part of `wall` spent building the WASI context, the store and
+    /// the instance, before the guest's first instruction.
+    pub instantiate: Duration,
     /// Peak linear memory.
     pub peak_memory_bytes: u64,
     /// Fuel consumed (zero without fuel).
@@ -234,6 +238,7 @@ pub async fn run(
         scratch: spec.scratch,
         timed_out: false,
         scratch_over: None,
+        instantiated: None,
     };
     let mut store = Store::new(engine, host);
     store.limiter(|h| &mut h.memory);
@@ -288,6 +293,9 @@ pub async fn run(
         stdout: stdout.contents(),
         stderr: stderr.contents(),
         wall: started.elapsed(),
+        instantiate: host
+            .instantiated
+            .map_or(Duration::ZERO, |t| t.saturating_duration_since(started)),
         peak_memory_bytes: host.memory.peak as u64,
         fuel_consumed,
     })
@@ -311,11 +319,13 @@ async fn call(store: &mut Store<Host>, prepared: &Prepared) -> wasmtime::Result<
     let ran = match prepared {
         Prepared::Module(pre) => {
             let instance = pre.instantiate_async(&mut *store).await?;
+            store.data_mut().instantiated = Some(Instant::now());
             let start = instance.get_typed_func::<(), ()>(&mut *store, "_start")?;
             start.call_async(&mut *store, ()).await.map(|()| 0)
         }
         Prepared::Component(pre) => {
             let command = pre.instantiate_async(&mut *store).await?;
+            store.data_mut().instantiated = Some(Instant::now());
             command
                 .wasi_cli_run()
                 .call_run(&mut *store)

@@ -733,3 +733,36 @@ print(json.dumps(dict(sorted(g.items())), separators=(",", ":")))"#,
         assert_eq!(got, expected, "{runtime}");
     }
 }
+
+#[tokio::test]
+async fn fuel_is_metered_only_when_asked_for_and_stops_a_loop() {
+    let server = TestServer::start().await;
+    let (sid, _) = session_with(&server, "d.json", b"[1]").await;
+    let mut c = server.codemode(ALICE).await;
+    let mut req = exec(
+        &sid,
+        "wasm",
+        "(module (func (export \"_start\") (loop br 0)))",
+    );
+    req.limits = Some(proto::ExecLimits {
+        timeout_ms: 20_000,
+        fuel: 5_000_000,
+        ..Default::default()
+    });
+    let r = c.exec(req).await.unwrap().into_inner();
+    assert_eq!(status(&r), ExecStatus::Timeout, "{r:?}");
+    assert!(r.message.contains("ran out of fuel"), "{}", r.message);
+    assert_eq!(r.usage.unwrap().fuel_consumed, 5_000_000);
+
+    let r = c
+        .exec(exec(&sid, "wasm", "(module (func (export \"_start\")))"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(status(&r), ExecStatus::Ok);
+    assert_eq!(
+        r.usage.unwrap().fuel_consumed,
+        0,
+        "no fuel unless asked for"
+    );
+}
