@@ -74,6 +74,43 @@ async fn dev_mode_tour_create_upload_read_delete_with_discovered_token() {
     assert_eq!(uploaded["name"], "prs.json");
     assert_eq!(uploaded["lineCount"], "5");
 
+    // Code mode from the CLI: stdout on stdout, the status on stderr.
+    let out = cli(
+        &server,
+        &data_dir,
+        &[
+            "exec",
+            "--session",
+            &session,
+            "--runtime",
+            "jq",
+            "--source",
+            ".[].id",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "1\n2\n3\n",
+        "{stderr}"
+    );
+    assert!(stderr.contains("EXEC_STATUS_OK"), "{stderr}");
+    let out = cli(
+        &server,
+        &data_dir,
+        &[
+            "exec",
+            "--session",
+            &session,
+            "--runtime",
+            "jq",
+            "--source",
+            ".[] |",
+        ],
+    );
+    assert!(!out.status.success(), "a failed script exits nonzero");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("EXEC_STATUS_INVALID_SCRIPT"));
+
     let lines = ok(cli(
         &server,
         &data_dir,
