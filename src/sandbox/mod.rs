@@ -332,14 +332,6 @@ impl Sandbox {
         }
     }
 
-    /// Waits until every image is compiled (tests and benches).
-    pub async fn ready(&self) -> Result<(), SandboxError> {
-        for image in self.images.values() {
-            self.prepared_image(image, false).await?;
-        }
-        Ok(())
-    }
-
     /// The runtimes on offer.
     pub fn runtimes(&self) -> Vec<RuntimeInfo> {
         let mut out: Vec<RuntimeInfo> = self
