@@ -463,11 +463,13 @@ impl Sandbox {
         };
         let queued = asked.elapsed();
         let this = self.clone();
-        let task = self.handle().spawn(async move {
+        let mut task = AbortOnDrop(self.handle().spawn(async move {
             let _permit = permit;
             this.exec_now(spec, queued).await
-        });
-        match task.await {
+        }));
+        // If the caller goes away (a cancelled RPC), dropping `task` stops
+        // the guest and frees its slot at once.
+        match (&mut task.0).await {
             Ok(r) => r,
             Err(e) => Err(SandboxError::Setup(format!("exec task failed: {e}"))),
         }
@@ -677,6 +679,15 @@ fn lower_priority(nice: i32) {
     let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) };
     if rc != 0 {
         tracing::debug!(nice, "could not lower the exec thread's priority");
+    }
+}
+
+/// A task handle that aborts the task when dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

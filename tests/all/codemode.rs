@@ -766,3 +766,24 @@ async fn fuel_is_metered_only_when_asked_for_and_stops_a_loop() {
         "no fuel unless asked for"
     );
 }
+
+#[tokio::test]
+async fn a_cancelled_exec_stops_its_script_and_frees_its_slot() {
+    let server = TestServer::start_with(|c| c.sandbox.max_concurrent_execs = 1).await;
+    let (sid, _) = session_with(&server, "d.json", b"[1]").await;
+    let mut c = server.codemode(ALICE).await;
+    let mut spin = probe(&sid, &["spin"]);
+    spin.limits = limits(60_000, 0, 0);
+    // The client gives up after 300 ms; the server must not keep spinning
+    // for the remaining minute.
+    let gave_up = tokio::time::timeout(Duration::from_millis(300), c.exec(spin)).await;
+    assert!(gave_up.is_err());
+    let started = Instant::now();
+    let r = c.exec(probe(&sid, &["args"])).await.unwrap().into_inner();
+    assert_eq!(status(&r), ExecStatus::Ok);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the only slot was still taken after {:?}",
+        started.elapsed()
+    );
+}
