@@ -293,33 +293,30 @@ async fn main() {
     };
     let js = exec_time("javascript", JS_AGG, &[]).await;
     let py = exec_time("python", PY_AGG, &[]).await;
-    println!(
-        "| javascript runtime (QuickJS in wasm) | {js:.2} s | native Rust, serde_json per line | {rust:.2} s | {:.2} |",
-        js / rust
-    );
-    println!(
-        "| python runtime (CPython in wasm) | {py:.2} s | native Rust, serde_json per line | {rust:.2} s | {:.2} |",
-        py / rust
-    );
-    if let Some(n) = time_cmd(rounds, || {
-        let mut c = Command::new("node");
-        c.arg("-e").arg(NODE_AGG).arg(&path);
-        c
-    }) {
+    let row = |what: &str, t: f64, reference: &str, r: f64| {
         println!(
-            "| javascript runtime (QuickJS in wasm) | {js:.2} s | native node (V8 JIT), for context | {n:.2} s | {:.2} |",
-            js / n
+            "| {what} | {t:.2} s | {reference} | {r:.2} s | {:.2} |",
+            t / r
         );
+    };
+    let (js_name, py_name) = (
+        "javascript runtime (QuickJS in wasm)",
+        "python runtime (CPython in wasm)",
+    );
+    row(js_name, js, "native Rust, serde_json per line", rust);
+    row(py_name, py, "native Rust, serde_json per line", rust);
+    let native = |program: &str, flag: &str, script: &str| {
+        time_cmd(rounds, || {
+            let mut c = Command::new(program);
+            c.arg(flag).arg(script).arg(&path);
+            c
+        })
+    };
+    if let Some(n) = native("node", "-e", NODE_AGG) {
+        row(js_name, js, "native node (V8 JIT), for context", n);
     }
-    if let Some(n) = time_cmd(rounds, || {
-        let mut c = Command::new("python3");
-        c.arg("-c").arg(PY_NATIVE_AGG).arg(&path);
-        c
-    }) {
-        println!(
-            "| python runtime (CPython in wasm) | {py:.2} s | native python3, for context | {n:.2} s | {:.2} |",
-            py / n
-        );
+    if let Some(n) = native("python3", "-c", PY_NATIVE_AGG) {
+        row(py_name, py, "native python3, for context", n);
     }
     server.stop().await;
 }

@@ -201,9 +201,18 @@ struct Image {
     fueled: OnceCell<Arc<Prepared>>,
 }
 
-struct Fuel {
+/// An engine with its WASI linkers.
+struct EngineSet {
     engine: TickingEngine,
     linkers: Linkers,
+}
+
+impl EngineSet {
+    fn new(engine: TickingEngine) -> Result<Self, SandboxError> {
+        let linkers = Linkers::new(engine.engine())
+            .map_err(|e| SandboxError::Setup(format!("linker: {e}")))?;
+        Ok(Self { engine, linkers })
+    }
 }
 
 /// Caller modules compiled recently, by sha256 and engine.
@@ -213,9 +222,8 @@ const MODULE_CACHE: usize = 32;
 pub struct Sandbox {
     cfg: SandboxConfig,
     cache_dir: PathBuf,
-    main: TickingEngine,
-    linkers: Linkers,
-    fuel: OnceCell<Arc<Fuel>>,
+    main: Arc<EngineSet>,
+    fuel: OnceCell<Arc<EngineSet>>,
     images: HashMap<String, Arc<Image>>,
     missing: HashMap<String, String>,
     work: WorkRoot,
@@ -253,8 +261,7 @@ impl Sandbox {
             max_memory_bytes: ceiling.memory_bytes,
         })
         .map_err(|e| SandboxError::Setup(format!("engine: {e}")))?;
-        let linkers =
-            Linkers::new(main.engine()).map_err(|e| SandboxError::Setup(format!("linker: {e}")))?;
+        let main = Arc::new(EngineSet::new(main)?);
         let mut images = HashMap::new();
         let mut missing = HashMap::new();
         for name in images::RUNTIMES {
@@ -300,7 +307,6 @@ impl Sandbox {
             work: WorkRoot::open(data_dir)?,
             cache_dir,
             main,
-            linkers,
             fuel: OnceCell::new(),
             images,
             missing,
@@ -520,11 +526,7 @@ impl Sandbox {
             max_stderr_bytes: self.cfg.max_stderr_bytes,
             scratch,
         };
-        let engine = if fuel {
-            self.fuel_engine().await?.engine.engine().clone()
-        } else {
-            self.main.engine().clone()
-        };
+        let engine = self.engines(fuel).await?.engine.engine().clone();
         let outcome = run::run(&engine, &prepared, work.clone(), run_spec).await?;
         let scratch_bytes = work.usage(scratch.entries).map(|u| u.bytes).unwrap_or(0);
         Ok(Ok(Finished {
@@ -553,14 +555,16 @@ impl Sandbox {
             .clone()
     }
 
-    async fn fuel_engine(&self) -> Result<Arc<Fuel>, SandboxError> {
+    /// The main engine, or the fuel engine (built on first use).
+    async fn engines(&self, fuel: bool) -> Result<Arc<EngineSet>, SandboxError> {
+        if !fuel {
+            return Ok(self.main.clone());
+        }
         self.fuel
             .get_or_try_init(|| async {
                 let engine = TickingEngine::fueled()
                     .map_err(|e| SandboxError::Setup(format!("fuel engine: {e}")))?;
-                let linkers = Linkers::new(engine.engine())
-                    .map_err(|e| SandboxError::Setup(format!("linker: {e}")))?;
-                Ok(Arc::new(Fuel { engine, linkers }))
+                Ok(Arc::new(EngineSet::new(engine)?))
             })
             .await
             .cloned()
@@ -573,25 +577,18 @@ impl Sandbox {
     ) -> Result<Arc<Prepared>, SandboxError> {
         let cell = if fuel { &image.fueled } else { &image.main };
         cell.get_or_try_init(|| async {
-            let fuel_engine = if fuel {
-                Some(self.fuel_engine().await?)
-            } else {
-                None
-            };
-            let (engine, linkers) = match &fuel_engine {
-                Some(f) => (&f.engine, &f.linkers),
-                None => (&self.main, &self.linkers),
-            };
-            let img = image.clone();
-            let cache_dir = self.cache_dir.clone();
-            let compiled = {
-                let engine_ref = engine;
-                // Compilation is CPU-bound: run it where blocking is fine.
-                tokio::task::block_in_place(|| {
-                    images::compile_cached(engine_ref, &img.manifest, &img.artifact, &cache_dir)
-                })?
-            };
-            let prepared = linkers
+            let set = self.engines(fuel).await?;
+            // Compilation is CPU-bound: run it where blocking is fine.
+            let compiled = tokio::task::block_in_place(|| {
+                images::compile_cached(
+                    &set.engine,
+                    &image.manifest,
+                    &image.artifact,
+                    &self.cache_dir,
+                )
+            })?;
+            let prepared = set
+                .linkers
                 .prepare(&compiled)
                 .map_err(|e| SandboxError::Image {
                     name: image.manifest.name.clone(),
@@ -624,15 +621,8 @@ impl Sandbox {
         if let Some(p) = self.lock_modules().get(&key) {
             return Ok(Ok(p.clone()));
         }
-        let fuel_engine = if fuel {
-            Some(self.fuel_engine().await?)
-        } else {
-            None
-        };
-        let (engine, linkers) = match &fuel_engine {
-            Some(f) => (&f.engine, &f.linkers),
-            None => (&self.main, &self.linkers),
-        };
+        let set = self.engines(fuel).await?;
+        let engine = &set.engine;
         let compiled = tokio::task::block_in_place(|| {
             if is_component(bytes) {
                 wasmtime::component::Component::new(engine.engine(), bytes).map(Artifact::Component)
@@ -640,7 +630,7 @@ impl Sandbox {
                 wasmtime::Module::new(engine.engine(), bytes).map(Artifact::Module)
             }
         });
-        let prepared = match compiled.and_then(|a| linkers.prepare(&a)) {
+        let prepared = match compiled.and_then(|a| set.linkers.prepare(&a)) {
             Ok(p) => Arc::new(p),
             Err(e) => return Ok(Err(format!("{e:#}"))),
         };
