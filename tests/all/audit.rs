@@ -112,21 +112,37 @@ fn assert_whole_chain(events: &[proto::AuditEvent]) {
     assert!(out.ok, "{out:?}");
 }
 
-fn open_engine(data_dir: &Path) -> Box<dyn Engine> {
-    match engine() {
-        spillway::config::EngineKind::Redb => Box::new(
-            spillway::store::redb_engine::RedbEngine::open(&data_dir.join("meta.redb")).unwrap(),
-        ),
-        spillway::config::EngineKind::Sled => Box::new(
-            spillway::store::sled_engine::SledEngine::open(&data_dir.join("meta.sled")).unwrap(),
-        ),
+/// Opens the stopped server's metadata engine. The engines lock their
+/// files, and the last reference to the server's store may be dropped a
+/// moment after the server stopped, so this waits for the lock.
+async fn open_engine(data_dir: &Path) -> Box<dyn Engine> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let opened: Result<Box<dyn Engine>, _> = match engine() {
+            spillway::config::EngineKind::Redb => {
+                spillway::store::redb_engine::RedbEngine::open(&data_dir.join("meta.redb"))
+                    .map(|e| Box::new(e) as Box<dyn Engine>)
+            }
+            spillway::config::EngineKind::Sled => {
+                spillway::store::sled_engine::SledEngine::open(&data_dir.join("meta.sled"))
+                    .map(|e| Box::new(e) as Box<dyn Engine>)
+            }
+        };
+        match opened {
+            Ok(engine) => return engine,
+            Err(e) if std::time::Instant::now() < deadline => {
+                eprintln!("waiting for the store's lock: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("cannot open the store: {e}"),
+        }
     }
 }
 
 /// Flips one byte of acme's stored event `seq`: the first `alice` in its
 /// JSON becomes `alicf`.
-fn flip_a_byte(data_dir: &Path, seq: u64) {
-    let engine = open_engine(data_dir);
+async fn flip_a_byte(data_dir: &Path, seq: u64) {
+    let engine = open_engine(data_dir).await;
     let key = event_key("acme", seq);
     let mut raw = engine.get(Tree::Audit, &key).unwrap().expect("the event");
     let at = raw
@@ -138,8 +154,8 @@ fn flip_a_byte(data_dir: &Path, seq: u64) {
     engine.flush().unwrap();
 }
 
-fn delete_event(data_dir: &Path, seq: u64) {
-    let engine = open_engine(data_dir);
+async fn delete_event(data_dir: &Path, seq: u64) {
+    let engine = open_engine(data_dir).await;
     assert!(
         engine
             .get(Tree::Audit, &event_key("acme", seq))
@@ -763,7 +779,7 @@ async fn verify_names_an_event_altered_in_the_store_and_so_does_the_python_verif
     }
     assert!(verify(&server, AUDREY).await.ok);
     let (dir, config) = server.stop().await;
-    flip_a_byte(&config.data_dir, 3);
+    flip_a_byte(&config.data_dir, 3).await;
 
     let server = TestServer::start_in(dir, config).await;
     let v = verify(&server, AUDREY).await;
@@ -793,7 +809,7 @@ async fn verify_names_a_cut_off_tail_and_a_deleted_event() {
     let (dir, config) = server.stop().await;
     // The last event (5): the chain left over is valid, but ends short of
     // the stored head.
-    delete_event(&config.data_dir, 5);
+    delete_event(&config.data_dir, 5).await;
     let server = TestServer::start_in(dir, config).await;
     let v = verify(&server, AUDREY).await;
     assert_eq!((v.ok, v.first_bad_seq, v.events_checked), (false, 5, 4));
@@ -805,7 +821,7 @@ async fn verify_names_a_cut_off_tail_and_a_deleted_event() {
     );
 
     let (dir, config) = server.stop().await;
-    delete_event(&config.data_dir, 2);
+    delete_event(&config.data_dir, 2).await;
     let server = TestServer::start_in(dir, config).await;
     let v = verify(&server, AUDREY).await;
     assert_eq!((v.ok, v.first_bad_seq, v.events_checked), (false, 2, 1));
@@ -936,7 +952,7 @@ async fn the_cli_exports_a_chain_python_verifies_and_verify_exits_1_once_it_is_b
     assert!(String::from_utf8_lossy(&out.stderr).contains("PermissionDenied"));
 
     server.kill9();
-    flip_a_byte(&data_dir, 1);
+    flip_a_byte(&data_dir, 1).await;
     let server = ProcessServer::start(Some(&config), &data_dir, log).await;
     let out = cli(&server, AUDREY, &["audit", "verify"]);
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
