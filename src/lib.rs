@@ -25,7 +25,8 @@
 //! - [`sandbox`]: code mode; wasmtime engines, runtime images, per-exec
 //!   directories and limits. The only module that names wasmtime.
 //! - [`audit`]: audit events in a tamper-evident hash chain: canonical
-//!   form, sealing, streaming verification, export lines.
+//!   form, sealing, streaming verification, export lines; and the stored
+//!   log, one chain per tenant, with durable appends and queries.
 //! - [`api`]: the tonic services; the only code that sees prost types.
 //! - [`cli`]: the client subcommands of the `spillway` binary.
 //! - [`proto`]: the generated `spillway.v1` types.

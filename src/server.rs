@@ -1,5 +1,5 @@
-//! Builds and runs the gRPC server: Sessions, Payloads, Context and
-//! CodeMode behind the authenticating interceptor, plus `grpc.health.v1`
+//! Builds and runs the gRPC server: Sessions, Payloads, Context, CodeMode
+//! and Audit behind the authenticating interceptor, plus `grpc.health.v1`
 //! and reflection v1.
 //!
 //! Shutdown: when the shutdown future resolves, health turns NOT_SERVING,
@@ -15,15 +15,15 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tonic::service::interceptor::InterceptedService;
 
 use crate::api::{
-    AppState, Authenticator, codemode::CodeModeService, context::ContextService,
-    payloads::PayloadsService, sessions::SessionsService,
+    AppState, Authenticator, audit::AuditService, codemode::CodeModeService,
+    context::ContextService, payloads::PayloadsService, sessions::SessionsService,
 };
 use crate::auth::TokenTable;
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::error::map_decode_status;
 use crate::proto::{
-    code_mode_server::CodeModeServer, context_server::ContextServer,
+    audit_server::AuditServer, code_mode_server::CodeModeServer, context_server::ContextServer,
     payloads_server::PayloadsServer, sessions_server::SessionsServer,
 };
 use crate::sandbox::{Sandbox, SandboxError};
@@ -170,12 +170,19 @@ pub async fn run_with_clock(
         )
         .max_encoding_message_size(limits.max_response_message_bytes);
 
+    let audit = AuditServer::new(AuditService::new(state.clone()))
+        .max_decoding_message_size(limits.max_request_message_bytes)
+        .max_encoding_message_size(limits.max_response_message_bytes);
+
     let (health_reporter, health) = tonic_health::server::health_reporter();
     health_reporter
         .set_serving::<SessionsServer<SessionsService>>()
         .await;
     health_reporter
         .set_serving::<PayloadsServer<PayloadsService>>()
+        .await;
+    health_reporter
+        .set_serving::<AuditServer<AuditService>>()
         .await;
     health_reporter
         .set_service_status("", tonic_health::ServingStatus::Serving)
@@ -212,6 +219,9 @@ pub async fn run_with_clock(
         reporter
             .set_not_serving::<PayloadsServer<PayloadsService>>()
             .await;
+        reporter
+            .set_not_serving::<AuditServer<AuditService>>()
+            .await;
         let _ = drain_tx.send(());
     };
 
@@ -228,7 +238,8 @@ pub async fn run_with_clock(
         .add_service(InterceptedService::new(sessions, auth.clone()))
         .add_service(InterceptedService::new(payloads, auth.clone()))
         .add_service(InterceptedService::new(context, auth.clone()))
-        .add_service(InterceptedService::new(codemode, auth))
+        .add_service(InterceptedService::new(codemode, auth.clone()))
+        .add_service(InterceptedService::new(audit, auth))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal);
     tokio::pin!(serve);
 

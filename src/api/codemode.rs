@@ -13,6 +13,7 @@ use tonic::{Request, Response, Status};
 use tracing::instrument;
 
 use super::{AppState, blocking, convert, principal};
+use crate::audit::{NewEvent, action};
 use crate::auth::access::Rpc;
 use crate::error::{ApiError, ApiResult};
 use crate::ids::PayloadId;
@@ -57,10 +58,12 @@ impl CodeMode for CodeModeService {
         span.record("runtime", r.runtime.as_str());
         let policy = &self.state.config.policy;
         if !policy.allow_exec {
-            return Err(ApiError::Denied(
+            let denied = ApiError::Denied(
                 "code mode is disabled by this server's policy (allow_exec = false); use Read, Search and Inspect instead".into(),
-            )
-            .into());
+            );
+            self.state
+                .refusal::<()>(&p, Rpc::Exec, Err(denied), session.id.as_str(), "")
+                .await?;
         }
         let sandbox = self.state.sandbox.clone();
         let defaults = sandbox.defaults(&r.runtime).map_err(ApiError::from)?;
@@ -68,6 +71,7 @@ impl CodeMode for CodeModeService {
             return Err(ApiError::Store(StoreError::SessionClosed(session.id.clone())).into());
         }
 
+        let session_id = session.id.clone();
         let (inputs, args) = {
             let store = self.state.store.clone();
             let (session, ids, runtime, args) = (
@@ -76,7 +80,11 @@ impl CodeMode for CodeModeService {
                 r.runtime.clone(),
                 r.args.clone(),
             );
-            blocking(move || resolve_inputs(&store, &session, &ids, &runtime, args)).await?
+            let resolved =
+                blocking(move || resolve_inputs(&store, &session, &ids, &runtime, args)).await;
+            self.state
+                .refusal(&p, Rpc::Exec, resolved, session_id.as_str(), "")
+                .await?
         };
         let requested = r.limits.map_or(
             ExecLimits {
@@ -103,10 +111,17 @@ impl CodeMode for CodeModeService {
             inputs: inputs.into_iter().map(|(_, i)| i).collect(),
             limits: resolved.limits,
         };
+        let event = NewEvent::new(action::EXEC_RUN).session(&session.id);
+        let input_count = input_ids.len();
         let finished = match sandbox.exec(spec).await.map_err(ApiError::from)? {
             Ok(f) => f,
             Err(why) => {
                 span.record("status", "invalid_script");
+                let detail = format!(
+                    "runtime={} status=invalid_script inputs={input_count}",
+                    r.runtime
+                );
+                self.state.audit(&p, event.detail(detail)).await?;
                 return Ok(Response::new(proto::ExecResult {
                     status: proto::ExecStatus::InvalidScript as i32,
                     exit_code: -1,
@@ -139,6 +154,8 @@ impl CodeMode for CodeModeService {
                 resolved,
             )
             .await?;
+        let detail = exec_detail(&r.runtime, input_count, &reply);
+        self.state.audit(&p, event.detail(detail)).await?;
         Ok(Response::new(reply))
     }
 
@@ -147,7 +164,7 @@ impl CodeMode for CodeModeService {
         req: Request<proto::ListRuntimesRequest>,
     ) -> Result<Response<proto::ListRuntimesResponse>, Status> {
         let p = principal(&req)?;
-        crate::auth::access::authorize(&p, Rpc::ListRuntimes).map_err(ApiError::from)?;
+        self.state.authorize(&p, Rpc::ListRuntimes).await?;
         let runtimes = self
             .state
             .sandbox
@@ -297,6 +314,29 @@ impl CodeModeService {
             effective_limits: Some(convert::exec_limits(&resolved.limits)),
         })
     }
+}
+
+/// What the audit log says of a run: the runtime, the status, the exit
+/// code, how many inputs, and the IDs of what it stored. Never the script,
+/// its arguments or its output.
+fn exec_detail(runtime: &str, inputs: usize, r: &proto::ExecResult) -> String {
+    let status = proto::ExecStatus::try_from(r.status)
+        .map(|s| s.as_str_name())
+        .unwrap_or("EXEC_STATUS_UNSPECIFIED")
+        .trim_start_matches("EXEC_STATUS_")
+        .to_ascii_lowercase();
+    let mut detail = format!(
+        "runtime={runtime} status={status} exit_code={} inputs={inputs}",
+        r.exit_code
+    );
+    if let Some(p) = &r.stdout_payload {
+        detail.push_str(&format!(" stdout_payload={}", p.id));
+    }
+    if !r.outputs.is_empty() {
+        let ids: Vec<&str> = r.outputs.iter().map(|p| p.id.as_str()).collect();
+        detail.push_str(&format!(" outputs={}", ids.join(",")));
+    }
+    detail
 }
 
 fn status_of(s: ExecStatus) -> proto::ExecStatus {
@@ -455,6 +495,35 @@ fn keep_outputs_as_payloads(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_exec_audit_detail_names_runtime_status_and_stored_ids_only() {
+        let r = proto::ExecResult {
+            status: proto::ExecStatus::ExitNonzero as i32,
+            exit_code: 3,
+            stdout: "secret output".into(),
+            stderr: "secret error".into(),
+            stdout_payload: Some(proto::Payload {
+                id: "pl_a".into(),
+                ..Default::default()
+            }),
+            outputs: vec![
+                proto::Payload {
+                    id: "pl_b".into(),
+                    ..Default::default()
+                },
+                proto::Payload {
+                    id: "pl_c".into(),
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        };
+        assert_eq!(
+            exec_detail("jq", 2, &r),
+            "runtime=jq status=exit_nonzero exit_code=3 inputs=2 stdout_payload=pl_a outputs=pl_b,pl_c"
+        );
+    }
 
     #[test]
     fn every_exec_status_maps_to_its_proto_value() {

@@ -4,7 +4,8 @@ use tonic::{Request, Response, Status};
 use tracing::instrument;
 
 use super::{AppState, blocking, principal};
-use crate::auth::access::{self, Rpc};
+use crate::audit::{NewEvent, action};
+use crate::auth::access::Rpc;
 use crate::context::compact::{self, Archive, ArchiveInfo, CompactSettings};
 use crate::context::model::{self, Block, Message, Role};
 use crate::context::repair::{self, RepairReport};
@@ -209,7 +210,7 @@ impl Context for ContextService {
         req: Request<proto::RepairHistoryRequest>,
     ) -> Result<Response<proto::RepairHistoryResponse>, Status> {
         let p = principal(&req)?;
-        access::authorize(&p, Rpc::RepairHistory)?;
+        self.state.authorize(&p, Rpc::RepairHistory).await?;
         let messages = messages_from_proto(req.into_inner().messages)?;
         let (messages, report) =
             blocking(move || Ok::<_, ApiError>(repair::repair(messages))).await?;
@@ -247,6 +248,7 @@ impl Context for ContextService {
             r.current_turn
         };
         let store = self.state.store.clone();
+        let sid = session.id.clone();
         let (messages, repaired, report) = blocking(move || {
             let mut archive = StoreArchive {
                 store: &store,
@@ -255,6 +257,21 @@ impl Context for ContextService {
             compact::compact(messages, current_turn, &settings, &mut archive)
         })
         .await?;
+        self.state
+            .audit(
+                &p,
+                NewEvent::new(action::HISTORY_COMPACT)
+                    .session(&sid)
+                    .detail(format!(
+                        "archived={} truncated={} summarized={} budget_offloaded={} chars_saved={}",
+                        report.archived_keys.len(),
+                        report.truncated,
+                        report.summarized,
+                        report.budget_offloaded,
+                        report.chars_saved
+                    )),
+            )
+            .await?;
         tracing::info!(
             archived = report.archived_keys.len(),
             chars_saved = report.chars_saved,
@@ -313,9 +330,19 @@ impl Context for ContextService {
                 )));
             }
             let out = store.read(&p, ReadSpec::Bytes { offset: 0, length: p.size.max(1) }, p.size.max(1))?;
-            Ok((p.id.to_string(), String::from_utf8_lossy(&out.data).into_owned()))
+            Ok((p.id.to_string(), String::from_utf8_lossy(&out.data).into_owned(), p.sha256, key))
         })
         .await?;
+        self.state
+            .audit(
+                &p,
+                NewEvent::new(action::HISTORY_RECALL)
+                    .session(&session.id)
+                    .payload(&found.0)
+                    .sha256(found.2)
+                    .detail(format!("key={} bytes={}", found.3, found.1.len())),
+            )
+            .await?;
         Ok(Response::new(proto::RecallResponse {
             content: found.1,
             payload_id: found.0,

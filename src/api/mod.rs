@@ -2,7 +2,16 @@
 //! checks access through [`crate::auth::access`], calls the store on the
 //! blocking pool, converts records to messages, and turns errors into
 //! statuses through [`crate::error`].
+//!
+//! Auditing goes through [`AppState`] too: a handler appends its event with
+//! [`AppState::audit`] before it replies, and every refusal (a role the
+//! access table does not allow, a session the caller may see but not use
+//! this way, a policy, or a target that is not found or not visible) is
+//! appended as `access.denied` where it is decided: in
+//! [`AppState::authorize`], [`AppState::session_for`],
+//! [`AppState::payload_for`], or through [`AppState::refusal`].
 
+pub mod audit;
 pub mod codemode;
 pub mod context;
 mod convert;
@@ -14,8 +23,9 @@ use std::sync::Arc;
 use tokio::sync::Semaphore;
 use tonic::Request;
 
+use crate::audit::{NewEvent, action, outcome};
 use crate::auth::access::{self, Access, Rpc, SessionOwnership};
-use crate::auth::{Principal, TokenTable};
+use crate::auth::{AuthError, Principal, TokenTable};
 use crate::config::Config;
 use crate::error::{ApiError, ApiResult};
 use crate::ids::SessionId;
@@ -48,14 +58,92 @@ impl AppState {
         }
     }
 
+    /// Checks the caller's roles against the access table; a refusal is
+    /// audited.
+    pub async fn authorize(&self, principal: &Principal, rpc: Rpc) -> ApiResult<()> {
+        let checked = access::authorize(principal, rpc).map_err(ApiError::from);
+        self.refusal(principal, rpc, checked, "", "").await
+    }
+
+    /// Appends `event`, by `principal`, to its tenant's audit chain, and
+    /// returns once it is durable: call it before replying. `detail` holds
+    /// IDs, sizes, counts and names, never content, tokens or host paths.
+    pub async fn audit(&self, principal: &Principal, event: NewEvent) -> ApiResult<()> {
+        self.audit_all(principal, vec![event]).await
+    }
+
+    /// [`AppState::audit`] for several events, appended in order in one
+    /// commit.
+    pub async fn audit_all(&self, principal: &Principal, events: Vec<NewEvent>) -> ApiResult<()> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let events = events
+            .into_iter()
+            .map(|e| e.by(&principal.id, &principal.tenant))
+            .collect();
+        let store = self.store.clone();
+        blocking(move || store.audit().append_all(events))
+            .await
+            .map(drop)
+    }
+
+    /// Passes `result` through, after appending an `access.denied` event
+    /// when it is a refusal: a role the table does not allow, a use the
+    /// session's sharing or a policy does not allow (with `session` and
+    /// `payload`, which the caller may see), or a target that is not found
+    /// or not visible (without any ID, so that the log of the caller's
+    /// tenant says nothing about other tenants' data, and an unknown ID and
+    /// another tenant's read the same).
+    pub async fn refusal<T>(
+        &self,
+        principal: &Principal,
+        rpc: Rpc,
+        result: ApiResult<T>,
+        session: &str,
+        payload: &str,
+    ) -> ApiResult<T> {
+        let Err(e) = result else { return result };
+        let method = rpc.rule().method;
+        let event = NewEvent::new(action::ACCESS_DENIED).outcome(outcome::DENIED);
+        let event = match &e {
+            ApiError::Auth(AuthError::RoleDenied { roles, needed, .. }) => event.detail(format!(
+                "{method}: roles [{roles}] may not call it; it needs one of [{needed}]"
+            )),
+            ApiError::Denied(why) => event
+                .detail(format!("{method}: {why}"))
+                .session(session)
+                .payload(payload),
+            ApiError::Hidden { kind, .. } => event.detail(format!(
+                "{method}: the {kind} is not found or not visible to the caller"
+            )),
+            _ => return Err(e),
+        };
+        if let Err(failed) = self.audit(principal, event).await {
+            tracing::error!(error = %failed, rpc = method, "could not audit a refusal");
+        }
+        Err(e)
+    }
+
     /// Loads a session and checks that `principal` may use it through `rpc`.
+    /// A refusal is audited.
     pub async fn session_for(
         &self,
         principal: &Principal,
         rpc: Rpc,
         raw_id: &str,
     ) -> ApiResult<SessionRecord> {
-        access::authorize(principal, rpc)?;
+        self.authorize(principal, rpc).await?;
+        let found = self.find_session(principal, rpc, raw_id).await;
+        self.refusal(principal, rpc, found, raw_id, "").await
+    }
+
+    async fn find_session(
+        &self,
+        principal: &Principal,
+        rpc: Rpc,
+        raw_id: &str,
+    ) -> ApiResult<SessionRecord> {
         if raw_id.is_empty() {
             return Err(ApiError::BadRequest("session_id is required".into()));
         }
@@ -72,17 +160,35 @@ impl AppState {
     }
 
     /// Loads a payload and its session, and checks access through `rpc`.
+    /// A refusal is audited.
     pub async fn payload_for(
         &self,
         principal: &Principal,
         rpc: Rpc,
         raw_id: &str,
     ) -> ApiResult<(SessionRecord, PayloadRecord)> {
-        access::authorize(principal, rpc)?;
+        self.authorize(principal, rpc).await?;
+        let (found, session) = match self.find_payload(principal, rpc, raw_id).await {
+            Ok(found) => (Ok(found), String::new()),
+            Err((e, session)) => (Err(e), session),
+        };
+        self.refusal(principal, rpc, found, &session, raw_id).await
+    }
+
+    /// On a refusal, also the session's ID when the caller may see it.
+    async fn find_payload(
+        &self,
+        principal: &Principal,
+        rpc: Rpc,
+        raw_id: &str,
+    ) -> Result<(SessionRecord, PayloadRecord), (ApiError, String)> {
         if raw_id.is_empty() {
-            return Err(ApiError::BadRequest("payload_id is required".into()));
+            return Err((
+                ApiError::BadRequest("payload_id is required".into()),
+                String::new(),
+            ));
         }
-        let id = crate::ids::PayloadId::parse(raw_id)?;
+        let id = crate::ids::PayloadId::parse(raw_id).map_err(|e| (e.into(), String::new()))?;
         let store = self.store.clone();
         let found = blocking(move || {
             let p = store.payload(&id)?;
@@ -92,11 +198,13 @@ impl AppState {
         .await;
         let (session, payload) = match found {
             Err(ApiError::Store(StoreError::NotFound { .. })) => {
-                return Err(self.gone(principal, "payload", raw_id).await);
+                return Err((self.gone(principal, "payload", raw_id).await, String::new()));
             }
-            other => other?,
+            Err(e) => return Err((e, String::new())),
+            Ok(found) => found,
         };
-        check_session(principal, rpc, &session, "payload", raw_id)?;
+        check_session(principal, rpc, &session, "payload", raw_id)
+            .map_err(|e| (e, session.id.to_string()))?;
         Ok((session, payload))
     }
 }

@@ -8,6 +8,7 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::instrument;
 
 use super::{AppState, blocking, convert, page_size, principal};
+use crate::audit::{NewEvent, action};
 use crate::auth::access::Rpc;
 use crate::error::{ApiError, map_decode_status};
 use crate::proto::{self, payloads_server::Payloads, upload_chunk::Chunk};
@@ -152,21 +153,38 @@ impl Payloads for PayloadsService {
             .collect();
         let store = self.state.store.clone();
         let max_results = config.max_results;
+        let sid = session.id.clone();
         let outcomes = blocking(move || {
-            crate::offload::offload_turn(&store, &session.id, results, &settings, max_results)
+            crate::offload::offload_turn(&store, &sid, results, &settings, max_results)
         })
         .await?;
         let mut reply = proto::OffloadResponse::default();
+        let mut events = Vec::new();
         for o in outcomes {
             if o.disposition.offloaded() {
                 reply.offloaded_tokens += o.estimate.tokens;
             }
             reply.inline_tokens += o.content_tokens;
-            if let Some(p) = &o.payload {
-                tracing::info!(payload_id = %p.id, bytes = p.size, sha256 = %p.sha256, "result offloaded");
+            if let Some(stored) = &o.payload {
+                tracing::info!(payload_id = %stored.id, bytes = stored.size, sha256 = %stored.sha256, "result offloaded");
+                let reason = match o.disposition {
+                    crate::offload::decide::Disposition::Aggregate => "aggregate",
+                    _ => "per_call",
+                };
+                events.push(
+                    NewEvent::new(action::PAYLOAD_OFFLOAD)
+                        .session(&session.id)
+                        .payload(&stored.id)
+                        .sha256(stored.sha256.clone())
+                        .detail(format!(
+                            "bytes={} tokens={} reason={reason}",
+                            stored.size, o.estimate.tokens
+                        )),
+                );
             }
             reply.outcomes.push(to_proto_outcome(o));
         }
+        self.state.audit_all(&p, events).await?;
         Ok(Response::new(reply))
     }
 
@@ -181,7 +199,7 @@ impl Payloads for PayloadsService {
         req: Request<Streaming<proto::UploadChunk>>,
     ) -> Result<Response<proto::Payload>, Status> {
         let p = principal(&req)?;
-        crate::auth::access::authorize(&p, Rpc::Upload)?;
+        self.state.authorize(&p, Rpc::Upload).await?;
         let limits = &self.state.config.limits;
         let _slot = self.state.upload_slots.clone().try_acquire_owned().map_err(|_| {
             ApiError::Limit(format!(
@@ -299,6 +317,16 @@ impl Payloads for PayloadsService {
             Ok(Some(record)) => {
                 tracing::Span::current().record("payload_id", tracing::field::display(&record.id));
                 tracing::info!(bytes = record.size, sha256 = %record.sha256, "payload stored");
+                self.state
+                    .audit(
+                        &p,
+                        NewEvent::new(action::PAYLOAD_UPLOAD)
+                            .session(&record.session_id)
+                            .payload(&record.id)
+                            .sha256(record.sha256.clone())
+                            .detail(format!("bytes={}", record.size)),
+                    )
+                    .await?;
                 Ok(Response::new(convert::payload(&record)))
             }
             Ok(None) => Err(Status::cancelled(
@@ -322,6 +350,16 @@ impl Payloads for PayloadsService {
         let record = payload.clone();
         let structure = blocking(move || store.inspect(&record)).await?;
         tracing::info!(payload_id = %payload.id, detected = %structure.detected_type, "inspected");
+        self.state
+            .audit(
+                &p,
+                NewEvent::new(action::PAYLOAD_INSPECT)
+                    .session(&payload.session_id)
+                    .payload(&payload.id)
+                    .sha256(payload.sha256.clone())
+                    .detail(format!("type={}", structure.detected_type)),
+            )
+            .await?;
         Ok(Response::new(convert::structure(
             payload.id.as_str(),
             &structure,
@@ -387,11 +425,16 @@ impl Payloads for PayloadsService {
             .map(|id| crate::ids::PayloadId::parse(id))
             .collect::<Result<Vec<_>, _>>()
             .map_err(ApiError::from)?;
+        let named = if ids.is_empty() {
+            "all".to_owned()
+        } else {
+            ids.len().to_string()
+        };
         let store = self.state.store.clone();
         let timeout = limits.search_timeout;
         let ceiling = limits.max_search_matches;
         let session_id = session.id.clone();
-        let reply = blocking(move || {
+        let searched = blocking(move || {
             search_session(
                 &store,
                 &session_id,
@@ -402,7 +445,24 @@ impl Payloads for PayloadsService {
                 timeout,
             )
         })
-        .await?;
+        .await;
+        let sid = session.id.as_str();
+        let reply = self
+            .state
+            .refusal(&p, Rpc::Search, searched, sid, "")
+            .await?;
+        self.state
+            .audit(
+                &p,
+                NewEvent::new(action::PAYLOAD_SEARCH)
+                    .session(sid)
+                    .detail(format!(
+                        "payloads={named} matches={} truncated={}",
+                        reply.matches.len(),
+                        reply.truncated
+                    )),
+            )
+            .await?;
         Ok(Response::new(reply))
     }
 
@@ -468,7 +528,16 @@ impl Payloads for PayloadsService {
         };
         let store = self.state.store.clone();
         let (size, lines) = (payload.size, payload.line_count);
+        let event = NewEvent::new(action::PAYLOAD_READ)
+            .session(&payload.session_id)
+            .payload(&payload.id)
+            .sha256(payload.sha256.clone());
         let out = blocking(move || store.read(&payload, spec, max_bytes)).await?;
+        let event = event.detail(format!(
+            "bytes={}-{} lines={}-{}",
+            out.start_offset, out.end_offset, out.first_line, out.last_line
+        ));
+        self.state.audit(&p, event).await?;
         Ok(Response::new(proto::ReadResponse {
             data: out.data,
             start_offset: out.start_offset,
@@ -494,10 +563,13 @@ impl Payloads for PayloadsService {
             .payload_for(&p, Rpc::Download, &req.get_ref().payload_id)
             .await?;
         if !self.state.config.policy.allow_download {
-            return Err(ApiError::Denied(
+            let denied = ApiError::Denied(
                 "downloads are disabled by policy (allow_download = false); use Read for ranges, Search, or Inspect instead".into(),
-            )
-            .into());
+            );
+            let (sid, pid) = (payload.session_id.as_str(), payload.id.as_str());
+            self.state
+                .refusal::<()>(&p, Rpc::Download, Err(denied), sid, pid)
+                .await?;
         }
         let store = self.state.store.clone();
         let record = payload.clone();
@@ -521,6 +593,16 @@ impl Payloads for PayloadsService {
                 }
             }
         });
+        self.state
+            .audit(
+                &p,
+                NewEvent::new(action::PAYLOAD_DOWNLOAD)
+                    .session(&payload.session_id)
+                    .payload(&payload.id)
+                    .sha256(payload.sha256.clone())
+                    .detail(format!("bytes={}", payload.size)),
+            )
+            .await?;
         tracing::info!(payload_id = %payload.id, bytes = payload.size, "download started");
         Ok(Response::new(ReceiverStream::new(rx)))
     }
@@ -541,7 +623,20 @@ impl Payloads for PayloadsService {
         }
         let store = self.state.store.clone();
         let by = p.id.clone();
+        let event = NewEvent::new(action::PAYLOAD_DELETE)
+            .session(&payload.session_id)
+            .payload(&payload.id)
+            .sha256(payload.sha256.clone());
         let receipt = blocking(move || store.delete_payload(&payload.id, &by, &r.reason)).await?;
+        self.state
+            .audit(
+                &p,
+                event.detail(format!(
+                    "receipt={} bytes={}",
+                    receipt.id, receipt.bytes_deleted
+                )),
+            )
+            .await?;
         tracing::info!(receipt_id = %receipt.id, bytes = receipt.bytes_deleted, "payload deleted");
         Ok(Response::new(convert::receipt(&receipt)))
     }

@@ -6,6 +6,7 @@ use tonic::{Request, Response, Status};
 use tracing::instrument;
 
 use super::{AppState, blocking, convert, page_size, principal};
+use crate::audit::{NewEvent, action};
 use crate::auth::access::{self, Rpc};
 use crate::error::ApiError;
 use crate::ids::SessionId;
@@ -49,7 +50,7 @@ impl Sessions for SessionsService {
         req: Request<proto::CreateSessionRequest>,
     ) -> Result<Response<proto::Session>, Status> {
         let p = principal(&req)?;
-        access::authorize(&p, Rpc::CreateSession)?;
+        self.state.authorize(&p, Rpc::CreateSession).await?;
         let r = req.into_inner();
         check_len("label", &r.label)?;
         if r.labels.len() > MAX_ENTRIES || r.share_with.len() > MAX_ENTRIES {
@@ -84,6 +85,21 @@ impl Sessions for SessionsService {
         };
         let store = self.state.store.clone();
         let s = blocking(move || store.create_session(new)).await?;
+        let mut detail = Vec::new();
+        if let Some(parent) = &s.parent {
+            detail.push(format!("parent={parent}"));
+        }
+        if !s.share_with.is_empty() {
+            detail.push(format!("share_with={}", s.share_with.join(",")));
+        }
+        self.state
+            .audit(
+                &p,
+                NewEvent::new(action::SESSION_CREATE)
+                    .session(&s.id)
+                    .detail(detail.join(" ")),
+            )
+            .await?;
         tracing::info!(session_id = %s.id, principal = %p.id, "session created");
         Ok(Response::new(convert::session(&s, &self.state.config)))
     }
@@ -107,7 +123,7 @@ impl Sessions for SessionsService {
         req: Request<proto::ListSessionsRequest>,
     ) -> Result<Response<proto::ListSessionsResponse>, Status> {
         let p = principal(&req)?;
-        access::authorize(&p, Rpc::ListSessions)?;
+        self.state.authorize(&p, Rpc::ListSessions).await?;
         let r = req.into_inner();
         let want = match proto::SessionState::try_from(r.state) {
             Ok(proto::SessionState::Unspecified) => None,
@@ -157,6 +173,9 @@ impl Sessions for SessionsService {
             .await?;
         let store = self.state.store.clone();
         let s = blocking(move || store.close_session(&s.id)).await?;
+        self.state
+            .audit(&p, NewEvent::new(action::SESSION_CLOSE).session(&s.id))
+            .await?;
         tracing::info!(session_id = %s.id, principal = %p.id, "session closed");
         Ok(Response::new(convert::session(&s, &self.state.config)))
     }
@@ -177,6 +196,19 @@ impl Sessions for SessionsService {
         let id: SessionId = s.id.clone();
         let by = p.id.clone();
         let receipt = blocking(move || store.delete_session(&id, &by, &r.reason)).await?;
+        self.state
+            .audit(
+                &p,
+                NewEvent::new(action::SESSION_DELETE)
+                    .session(&s.id)
+                    .detail(format!(
+                        "receipt={} payloads={} bytes={}",
+                        receipt.id,
+                        receipt.deleted_payload_ids.len(),
+                        receipt.bytes_deleted
+                    )),
+            )
+            .await?;
         tracing::info!(session_id = %s.id, receipt_id = %receipt.id, payloads = receipt.deleted_payload_ids.len(), bytes = receipt.bytes_deleted, "session deleted");
         Ok(Response::new(convert::receipt(&receipt)))
     }

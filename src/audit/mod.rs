@@ -3,17 +3,22 @@
 //!
 //! - [`chain`]: the event, its canonical bytes, sealing, streaming
 //!   verification and the export line format. Pure logic, no storage.
+//! - [`log`]: the stored log, one chain per tenant: durable, serialized
+//!   (group-committed) appends, queries with filters and paging, and
+//!   verification against the stored head.
 //! - [`action`] and [`outcome`]: the names events use.
 //!
 //! `scripts/verify_audit.py` verifies an export with nothing but Python's
 //! standard library; a unit test keeps it and [`chain`] in agreement.
 
 pub mod chain;
+pub mod log;
 
 pub use chain::{
     AuditEvent, ChainBuilder, GENESIS_HASH, Verifier, VerifyOutcome, event_time, seal, verify,
     verify_export,
 };
+pub use log::{AuditLog, Filter, NewEvent, Verified};
 
 /// What went wrong reading audit events.
 #[derive(Debug, thiserror::Error)]

@@ -49,6 +49,12 @@ pub enum Rpc {
     Exec,
     /// CodeMode/ListRuntimes.
     ListRuntimes,
+    /// Audit/QueryAudit.
+    QueryAudit,
+    /// Audit/VerifyAudit.
+    VerifyAudit,
+    /// Audit/ExportAudit.
+    ExportAudit,
 }
 
 /// What a call does to its target session.
@@ -104,6 +110,9 @@ pub const TABLE: &[Rule] = &[
     rule(Rpc::Recall, "spillway.v1.Context/Recall", &[Agent, Admin, Compliance], U::Content),
     rule(Rpc::Exec, "spillway.v1.CodeMode/Exec", &[Agent, Admin], U::Content),
     rule(Rpc::ListRuntimes, "spillway.v1.CodeMode/ListRuntimes", &[Agent, Admin, Compliance, Auditor], U::None),
+    rule(Rpc::QueryAudit, "spillway.v1.Audit/QueryAudit", &[Auditor, Compliance, Admin], U::None),
+    rule(Rpc::VerifyAudit, "spillway.v1.Audit/VerifyAudit", &[Auditor, Compliance, Admin], U::None),
+    rule(Rpc::ExportAudit, "spillway.v1.Audit/ExportAudit", &[Auditor, Compliance, Admin], U::None),
 ];
 
 const fn rule(rpc: Rpc, method: &'static str, roles: &'static [Role], session: SessionUse) -> Rule {
@@ -299,6 +308,20 @@ mod tests {
             ..owned(&[])
         };
         assert_eq!(session_access(&c, Rpc::Read, granted), Access::Allowed);
+    }
+
+    #[test]
+    fn only_auditors_compliance_and_admins_read_the_audit_log() {
+        for rpc in [Rpc::QueryAudit, Rpc::VerifyAudit, Rpc::ExportAudit] {
+            for role in Role::ALL {
+                let p = p("x", "acme", &[role]);
+                assert_eq!(
+                    authorize(&p, rpc).is_ok(),
+                    role != Agent,
+                    "{role:?} {rpc:?}"
+                );
+            }
+        }
     }
 
     #[test]

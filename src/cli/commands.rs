@@ -13,8 +13,9 @@ use super::client::{Bearer, ClientSettings, connect};
 use super::output;
 use super::{AuditCommand, Cli, Command, ContextCommand, HistoryFormat, SessionCommand};
 use crate::proto::{
-    self, code_mode_client::CodeModeClient, context_client::ContextClient,
-    payloads_client::PayloadsClient, sessions_client::SessionsClient,
+    self, audit_client::AuditClient, code_mode_client::CodeModeClient,
+    context_client::ContextClient, payloads_client::PayloadsClient,
+    sessions_client::SessionsClient,
 };
 
 /// Bytes per upload chunk: well under the server's 4 MiB message limit.
@@ -27,6 +28,7 @@ struct Clients {
     payloads: PayloadsClient<Svc>,
     context: ContextClient<Svc>,
     codemode: CodeModeClient<Svc>,
+    audit: AuditClient<Svc>,
 }
 
 /// Runs a client subcommand against the server.
@@ -58,13 +60,15 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
         codemode: CodeModeClient::with_interceptor(channel.clone(), bearer.clone())
             .max_decoding_message_size(64 << 20)
             .max_encoding_message_size(64 << 20),
+        audit: AuditClient::with_interceptor(channel.clone(), bearer.clone())
+            .max_decoding_message_size(64 << 20),
         payloads: PayloadsClient::with_interceptor(channel, bearer)
             .max_decoding_message_size(64 << 20),
     };
     let json = cli.json;
     match cli.command {
         Command::Serve(_) => unreachable!("serve is handled by main"),
-        Command::Audit(_) => unreachable!("audit commands are local and handled above"),
+        Command::Audit(cmd) => audit(&mut c, cmd, json).await,
         Command::Session(cmd) => session(&mut c, cmd, json).await,
         Command::Context(cmd) => context(&mut c, cmd, json).await,
         Command::Upload {
@@ -596,6 +600,110 @@ fn progress(total: u64) -> ProgressBar {
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     bar
+}
+
+/// `spillway audit query|verify|export`.
+async fn audit(c: &mut Clients, cmd: AuditCommand, json: bool) -> anyhow::Result<()> {
+    match cmd {
+        AuditCommand::VerifyReceipt { .. } => {
+            unreachable!("verify-receipt is local and handled above")
+        }
+        AuditCommand::Query {
+            session,
+            payload,
+            principal,
+            action,
+            since,
+            until,
+            limit,
+        } => {
+            let mut left = limit.unwrap_or(u64::MAX);
+            let mut query = proto::AuditQuery {
+                session_id: session.unwrap_or_default(),
+                payload_id: payload.unwrap_or_default(),
+                principal: principal.unwrap_or_default(),
+                action: action.unwrap_or_default(),
+                since: since
+                    .as_deref()
+                    .map(|t| timestamp(t, "--since"))
+                    .transpose()?,
+                until: until
+                    .as_deref()
+                    .map(|t| timestamp(t, "--until"))
+                    .transpose()?,
+                page_size: 1000,
+                page_token: String::new(),
+            };
+            while left > 0 {
+                let mut page = c.audit.query_audit(query.clone()).await?.into_inner();
+                page.events
+                    .truncate(usize::try_from(left).unwrap_or(usize::MAX));
+                left -= page.events.len() as u64;
+                if json {
+                    output::json(&page)?;
+                } else {
+                    page.events.iter().for_each(output::audit_event_line);
+                }
+                if page.next_page_token.is_empty() {
+                    break;
+                }
+                query.page_token = page.next_page_token;
+            }
+            Ok(())
+        }
+        AuditCommand::Verify => {
+            let r = c
+                .audit
+                .verify_audit(proto::VerifyAuditRequest {})
+                .await?
+                .into_inner();
+            output::show(json, &r, output::audit_verify)?;
+            if !r.ok {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
+        AuditCommand::Export { output: out } => {
+            let mut stream = c
+                .audit
+                .export_audit(proto::ExportAuditRequest {})
+                .await?
+                .into_inner();
+            let mut sink: Box<dyn Write> = match &out {
+                Some(path) => Box::new(std::io::BufWriter::new(
+                    std::fs::File::create(path)
+                        .with_context(|| format!("cannot create {}", path.display()))?,
+                )),
+                None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+            };
+            let mut n = 0u64;
+            while let Some(e) = stream.message().await? {
+                let line = crate::api::audit::event_from_proto(e).to_export_line();
+                sink.write_all(line.as_bytes())?;
+                sink.write_all(b"\n")?;
+                n += 1;
+            }
+            sink.flush()?;
+            if let Some(path) = out {
+                eprintln!("wrote {n} audit events to {}", path.display());
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Parses an RFC 3339 time (`2026-11-30T09:00:00Z`; a missing zone is UTC).
+fn timestamp(text: &str, flag: &str) -> anyhow::Result<pbjson_types::Timestamp> {
+    let at = humantime::parse_rfc3339_weak(text.trim()).with_context(|| {
+        format!("{flag} takes an RFC 3339 time such as 2026-11-30T09:00:00Z, got {text:?}")
+    })?;
+    let since_epoch = at
+        .duration_since(std::time::UNIX_EPOCH)
+        .with_context(|| format!("{flag}: {text:?} is before 1970"))?;
+    Ok(pbjson_types::Timestamp {
+        seconds: i64::try_from(since_epoch.as_secs())?,
+        nanos: i32::try_from(since_epoch.subsec_nanos())?,
+    })
 }
 
 /// Verifies a receipt file's signature with the key in `data_dir`.

@@ -219,6 +219,39 @@ pub struct ServeArgs {
 /// `spillway audit …`.
 #[derive(Debug, Subcommand)]
 pub enum AuditCommand {
+    /// List your tenant's audit events that match every filter given, oldest first.
+    Query {
+        /// Only events of this session.
+        #[arg(long)]
+        session: Option<String>,
+        /// Only events of this payload.
+        #[arg(long)]
+        payload: Option<String>,
+        /// Only events by this principal.
+        #[arg(long)]
+        principal: Option<String>,
+        /// Only events of this action, e.g. payload.read or access.denied.
+        #[arg(long)]
+        action: Option<String>,
+        /// Only events at or after this RFC 3339 time, e.g. 2026-11-30T09:00:00Z.
+        #[arg(long)]
+        since: Option<String>,
+        /// Only events before this RFC 3339 time.
+        #[arg(long)]
+        until: Option<String>,
+        /// Print at most this many events (default: every match).
+        #[arg(long)]
+        limit: Option<u64>,
+    },
+    /// Recompute your tenant's audit chain on the server; exits 1 when it is broken.
+    Verify,
+    /// Write your tenant's whole audit chain, one JSON event per line, as
+    /// `python3 scripts/verify_audit.py FILE` verifies it.
+    Export {
+        /// Output file (default: stdout).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
     /// Check a deletion receipt's signature against the server's receipt key
     /// (read from the data directory, so run it where the server's data is).
     VerifyReceipt {

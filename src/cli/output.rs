@@ -245,3 +245,40 @@ pub fn runtimes(r: &proto::ListRuntimesResponse) {
         );
     }
 }
+
+/// An audit event, one line: seq, time, who, what, outcome, on what, detail.
+pub fn audit_event_line(e: &proto::AuditEvent) {
+    let dash = |s: &str| {
+        if s.is_empty() {
+            "-".to_owned()
+        } else {
+            s.to_owned()
+        }
+    };
+    println!(
+        "{:>6}  {}  {}  {}  {}  {}  {}  {}",
+        e.seq,
+        e.time,
+        dash(&e.principal),
+        e.action,
+        e.outcome,
+        dash(&e.session_id),
+        dash(&e.payload_id),
+        e.detail
+    );
+}
+
+/// The result of an audit chain verification.
+pub fn audit_verify(r: &proto::VerifyAuditResponse) {
+    if r.ok {
+        println!(
+            "ok: {} events verified; head seq {} hash {}",
+            r.events_checked, r.head_seq, r.head_hash
+        );
+    } else {
+        println!(
+            "BROKEN at seq {}: the event there is missing, altered or out of place ({} events verified before it; head seq {})",
+            r.first_bad_seq, r.events_checked, r.head_seq
+        );
+    }
+}

@@ -32,11 +32,14 @@ pub enum Tree {
     ContentIndex,
     /// `session_id` or `payload_id` → the receipt of its deletion.
     DeletedTargets,
+    /// `tenant \0 seq(be u64)` → audit event; each tenant's hash chain in
+    /// order. Its heads live in [`Tree::Meta`] (see `crate::audit::log`).
+    Audit,
 }
 
 impl Tree {
     /// Every tree, in a fixed order.
-    pub const ALL: [Tree; 11] = [
+    pub const ALL: [Tree; 12] = [
         Tree::Meta,
         Tree::Sessions,
         Tree::TenantSessions,
@@ -48,6 +51,7 @@ impl Tree {
         Tree::Receipts,
         Tree::ContentIndex,
         Tree::DeletedTargets,
+        Tree::Audit,
     ];
 
     /// The tree's name inside the engine.
@@ -64,6 +68,7 @@ impl Tree {
             Tree::Receipts => "receipts.v1",
             Tree::ContentIndex => "content_index.v1",
             Tree::DeletedTargets => "deleted_targets.v1",
+            Tree::Audit => "audit.v1",
         }
     }
 
@@ -295,6 +300,45 @@ pub(crate) fn conformance(engine: &dyn Engine) {
         )
         .unwrap();
     assert_eq!(upto.len(), 2);
+
+    // The audit tree: big-endian sequence keys scan in numeric order, also
+    // across a byte boundary, and other trees do not see them.
+    let key = |seq: u64| [b"t\0".as_slice(), &seq.to_be_bytes()].concat();
+    let mut b = Batch::new();
+    for seq in [256u64, 1, 255, 2] {
+        b.put(Tree::Audit, key(seq), seq.to_string());
+    }
+    b.put(Tree::Meta, b"audit_head\0t", b"256");
+    engine.commit(&b).unwrap();
+    let order: Vec<Vec<u8>> = engine
+        .scan_prefix(Tree::Audit, b"t\0", None, 10)
+        .unwrap()
+        .into_iter()
+        .map(|(_, v)| v)
+        .collect();
+    assert_eq!(
+        order,
+        [
+            b"1".to_vec(),
+            b"2".to_vec(),
+            b"255".to_vec(),
+            b"256".to_vec()
+        ]
+    );
+    let from_255 = engine
+        .range(
+            Tree::Audit,
+            Bound::Included(key(255).as_slice()),
+            Bound::Included(key(256).as_slice()),
+            10,
+        )
+        .unwrap();
+    assert_eq!(keys(from_255), vec![key(255), key(256)]);
+    assert_eq!(engine.get(Tree::Sessions, &key(1)).unwrap(), None);
+    assert_eq!(
+        engine.get(Tree::Meta, b"audit_head\0t").unwrap(),
+        Some(b"256".to_vec())
+    );
     engine.flush().unwrap();
 }
 

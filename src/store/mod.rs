@@ -31,6 +31,7 @@ use std::time::Duration;
 
 use cap_std::fs::File;
 
+use crate::audit::AuditLog;
 use crate::clock::{self, Clock, Millis};
 use crate::config::EngineKind;
 use crate::ids::{PayloadId, ReceiptId, SessionId};
@@ -191,7 +192,7 @@ const LOCK_STRIPES: usize = 64;
 
 /// The store.
 pub struct Store {
-    engine: Box<dyn Engine>,
+    engine: Arc<dyn Engine>,
     blobs: BlobStore,
     clock: Arc<dyn Clock>,
     settings: StoreSettings,
@@ -201,6 +202,8 @@ pub struct Store {
     receipt_key: signing::ReceiptKey,
     /// Inspect results by (session, content hash and type); dropped with the content.
     structures: Mutex<HashMap<(SessionId, String), Arc<Structure>>>,
+    /// The audit log, in the same engine.
+    audit: AuditLog,
 }
 
 /// Cached Inspect results kept at most.
@@ -223,16 +226,17 @@ impl Store {
         clock: Arc<dyn Clock>,
     ) -> Result<(Self, ReconcileReport)> {
         std::fs::create_dir_all(data_dir)?;
-        let engine: Box<dyn Engine> = match settings.engine {
+        let engine: Arc<dyn Engine> = match settings.engine {
             EngineKind::Redb => {
-                Box::new(redb_engine::RedbEngine::open(&data_dir.join("meta.redb"))?)
+                Arc::new(redb_engine::RedbEngine::open(&data_dir.join("meta.redb"))?)
             }
             EngineKind::Sled => {
-                Box::new(sled_engine::SledEngine::open(&data_dir.join("meta.sled"))?)
+                Arc::new(sled_engine::SledEngine::open(&data_dir.join("meta.sled"))?)
             }
         };
         check_schema(engine.as_ref())?;
         let store = Self {
+            audit: AuditLog::new(engine.clone(), clock.clone()),
             engine,
             blobs: BlobStore::open(data_dir)?,
             clock,
@@ -248,6 +252,11 @@ impl Store {
     /// The engine's name.
     pub fn engine_name(&self) -> &'static str {
         self.engine.name()
+    }
+
+    /// The audit log.
+    pub fn audit(&self) -> &AuditLog {
+        &self.audit
     }
 
     /// Current time.

@@ -1,6 +1,7 @@
 //! One integration-test binary (fast to link): every module below starts
 //! real servers on loopback.
 
+mod audit;
 mod cli;
 mod codemode;
 mod common;

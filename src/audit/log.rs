@@ -1,0 +1,1106 @@
+//! The stored audit log: one hash chain per tenant in [`Tree::Audit`], each
+//! with its head (last `seq` and `hash`) in [`Tree::Meta`].
+//!
+//! **Why one chain per tenant.** A principal sees only its own tenant's
+//! events, and an export must verify on its own with
+//! `scripts/verify_audit.py`. A single chain across tenants could do only
+//! one of the two: a tenant's events alone would have gaps and links to
+//! events it may not see. So each tenant's events are numbered from 1 and
+//! linked from [`GENESIS_HASH`] on their own.
+//!
+//! **Appends** are serialized and durable: [`AuditLog::append`] returns only
+//! once the engine's commit is durable (redb: `fdatasync`; sled: flush and
+//! `fsync`). Concurrent appends are committed together (group commit): the
+//! first caller to find no commit in progress seals every event waiting at
+//! that moment, in arrival order, and commits them, with the heads of the
+//! chains they extend, in one batch; the others wait for that commit, and
+//! the next one starts the next group. Each event and its chain's head
+//! commit atomically, so a crash leaves whole events and a matching head.
+//!
+//! **Keys.** `tenant \0 seq` with `seq` as a big-endian `u64`, so a range
+//! scan returns a chain in order. Values are the event's JSON (with `hash`)
+//! in the versioned envelope of [`records`].
+//!
+//! **Verification** streams a chain through [`Verifier`] in pages and then
+//! compares where it ended with the head: events cut off the end leave a
+//! chain that verifies but stops short of the head. The head is read from
+//! the store when a chain is first used after startup; if events exist past
+//! the stored head (the head record was lost or removed), appends resume
+//! after the last stored event, so nothing is ever overwritten, and the
+//! server logs it.
+
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::ops::Bound;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use serde::{Deserialize, Serialize};
+
+use super::chain::{AuditEvent, ChainBuilder, GENESIS_HASH, Verifier, VerifyOutcome, event_time};
+use super::outcome;
+use crate::clock::{Clock, Millis};
+use crate::store::engine::{Batch, Engine, EngineError, Tree, prefix_end};
+use crate::store::records;
+use crate::store::{Page, Result, StoreError};
+
+/// Prefix of the chain heads' keys in [`Tree::Meta`].
+const HEAD_PREFIX: &[u8] = b"audit_head\0";
+/// Events read from the engine per scan.
+const SCAN_BATCH: usize = 256;
+/// Most events one query looks at. A query whose filters match little
+/// returns a short (even empty) page with a `next_token` once it has looked
+/// at this many, so no single call walks a whole large log.
+pub const QUERY_SCAN_BUDGET: u64 = 50_000;
+
+/// The key of event `seq` of `tenant`'s chain in [`Tree::Audit`].
+pub fn event_key(tenant: &str, seq: u64) -> Vec<u8> {
+    let mut k = chain_prefix(tenant);
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
+
+/// The key of `tenant`'s chain head in [`Tree::Meta`].
+pub fn head_key(tenant: &str) -> Vec<u8> {
+    let mut k = HEAD_PREFIX.to_vec();
+    k.extend_from_slice(tenant.as_bytes());
+    k
+}
+
+fn chain_prefix(tenant: &str) -> Vec<u8> {
+    debug_assert!(!tenant.contains('\0'), "tenant names hold no NUL");
+    let mut k = tenant.as_bytes().to_vec();
+    k.push(0);
+    k
+}
+
+/// The seq a key of `tenant`'s chain holds.
+fn seq_of(key: &[u8], prefix_len: usize) -> Option<u64> {
+    let raw: [u8; 8] = key.get(prefix_len..)?.try_into().ok()?;
+    Some(u64::from_be_bytes(raw))
+}
+
+/// A chain's head as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct HeadRecord {
+    seq: u64,
+    hash: String,
+}
+
+/// What an event says besides its place in the chain and its time, which
+/// the log fills in.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NewEvent {
+    /// Who acted.
+    pub principal: String,
+    /// The principal's tenant: the chain the event joins.
+    pub tenant: String,
+    /// One of [`super::action`].
+    pub action: &'static str,
+    /// One of [`super::outcome`].
+    pub outcome: &'static str,
+    /// The session involved, if any.
+    pub session_id: String,
+    /// The payload involved, if any.
+    pub payload_id: String,
+    /// IDs, sizes, counts, names of runtimes and statuses. Never content,
+    /// tokens or host paths.
+    pub detail: String,
+    /// SHA-256 (hex) of the content involved, if any.
+    pub content_sha256: String,
+}
+
+impl NewEvent {
+    /// A successful `action`, by nobody yet.
+    pub fn new(action: &'static str) -> Self {
+        NewEvent {
+            action,
+            outcome: outcome::OK,
+            ..NewEvent::default()
+        }
+    }
+
+    /// Sets who acted, and so the chain.
+    pub fn by(mut self, principal: &str, tenant: &str) -> Self {
+        principal.clone_into(&mut self.principal);
+        tenant.clone_into(&mut self.tenant);
+        self
+    }
+
+    /// Sets the outcome.
+    pub fn outcome(mut self, outcome: &'static str) -> Self {
+        self.outcome = outcome;
+        self
+    }
+
+    /// Sets the session.
+    pub fn session(mut self, id: impl std::fmt::Display) -> Self {
+        self.session_id = id.to_string();
+        self
+    }
+
+    /// Sets the payload.
+    pub fn payload(mut self, id: impl std::fmt::Display) -> Self {
+        self.payload_id = id.to_string();
+        self
+    }
+
+    /// Sets the content hash.
+    pub fn sha256(mut self, hex: impl Into<String>) -> Self {
+        self.content_sha256 = hex.into();
+        self
+    }
+
+    /// Sets the detail.
+    pub fn detail(mut self, detail: impl Into<String>) -> Self {
+        self.detail = detail.into();
+        self
+    }
+
+    fn into_event(self, time: &str) -> AuditEvent {
+        AuditEvent {
+            action: self.action.to_owned(),
+            content_sha256: self.content_sha256,
+            detail: self.detail,
+            outcome: self.outcome.to_owned(),
+            payload_id: self.payload_id,
+            principal: self.principal,
+            session_id: self.session_id,
+            tenant: self.tenant,
+            time: time.to_owned(),
+            ..AuditEvent::default()
+        }
+    }
+}
+
+/// Which events a query wants; every set field must match. The tenant is
+/// not here: [`AuditLog::query`] takes it separately, from the caller.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Filter {
+    /// Only events of this session.
+    pub session_id: Option<String>,
+    /// Only events of this payload.
+    pub payload_id: Option<String>,
+    /// Only events by this principal.
+    pub principal: Option<String>,
+    /// Only events of this action.
+    pub action: Option<String>,
+    /// Only events at or after this time.
+    pub since: Option<Millis>,
+    /// Only events before this time.
+    pub until: Option<Millis>,
+}
+
+impl Filter {
+    /// Whether `e` passes. Times compare as strings: every event time has
+    /// the fixed-width form of [`event_time`], whose text order is time order.
+    fn matches(&self, e: &AuditEvent, since: Option<&str>, until: Option<&str>) -> bool {
+        let eq = |want: &Option<String>, have: &str| want.as_deref().is_none_or(|w| w == have);
+        eq(&self.session_id, &e.session_id)
+            && eq(&self.payload_id, &e.payload_id)
+            && eq(&self.principal, &e.principal)
+            && eq(&self.action, &e.action)
+            && since.is_none_or(|s| e.time.as_str() >= s)
+            && until.is_none_or(|u| e.time.as_str() < u)
+    }
+}
+
+/// A verification's result, and the head it verified against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verified {
+    /// What [`Verifier`] found, with a head mismatch counted as bad.
+    pub outcome: VerifyOutcome,
+    /// The head's `seq`: how many events the chain should have.
+    pub head_seq: u64,
+    /// The head's `hash` ([`GENESIS_HASH`] for an empty chain): worth
+    /// recording elsewhere, so that a later verification can show that
+    /// nothing before it was rewritten.
+    pub head_hash: String,
+}
+
+/// Appends waiting for the commit in progress, and the results of finished
+/// commits not yet picked up.
+#[derive(Default)]
+struct Queue {
+    next_ticket: u64,
+    waiting: Vec<(u64, Vec<NewEvent>)>,
+    committing: bool,
+    done: HashMap<u64, Result<Vec<AuditEvent>>>,
+}
+
+/// The audit log of one store. Every method blocks; async callers use
+/// `spawn_blocking`.
+pub struct AuditLog {
+    engine: Arc<dyn Engine>,
+    clock: Arc<dyn Clock>,
+    /// Each used chain's builder; loaded from its stored head on first use.
+    /// Held by the committing caller while it seals and commits.
+    chains: Mutex<HashMap<String, ChainBuilder>>,
+    queue: Mutex<Queue>,
+    committed: Condvar,
+}
+
+impl std::fmt::Debug for AuditLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuditLog")
+            .field("engine", &self.engine.name())
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A copy of an error for each caller of a failed group commit.
+fn share(e: &StoreError, engine: &'static str) -> StoreError {
+    match e {
+        StoreError::Engine(e) => StoreError::Engine(EngineError {
+            engine: e.engine,
+            message: e.message.clone(),
+        }),
+        other => StoreError::Engine(EngineError {
+            engine,
+            message: format!("audit append failed: {other}"),
+        }),
+    }
+}
+
+impl AuditLog {
+    /// The log over `engine`, stamping events with `clock`. Chains are
+    /// resumed from their stored heads when first used.
+    pub fn new(engine: Arc<dyn Engine>, clock: Arc<dyn Clock>) -> Self {
+        AuditLog {
+            engine,
+            clock,
+            chains: Mutex::new(HashMap::new()),
+            queue: Mutex::new(Queue::default()),
+            committed: Condvar::new(),
+        }
+    }
+
+    /// Appends one event; returns it sealed, once durable.
+    pub fn append(&self, event: NewEvent) -> Result<AuditEvent> {
+        let mut sealed = self.append_all(vec![event])?;
+        Ok(sealed.pop().expect("one event in, one out"))
+    }
+
+    /// Appends events in order, in one commit; returns them sealed, once
+    /// durable. Each joins its tenant's chain.
+    pub fn append_all(&self, events: Vec<NewEvent>) -> Result<Vec<AuditEvent>> {
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut q = lock(&self.queue);
+        let ticket = q.next_ticket;
+        q.next_ticket += 1;
+        q.waiting.push((ticket, events));
+        loop {
+            if let Some(result) = q.done.remove(&ticket) {
+                return result;
+            }
+            if !q.committing {
+                // Lead: commit everything waiting now, this caller's included.
+                q.committing = true;
+                let group = std::mem::take(&mut q.waiting);
+                drop(q);
+                let tickets: Vec<u64> = group.iter().map(|(t, _)| *t).collect();
+                let result = self.commit_group(group);
+                q = lock(&self.queue);
+                match result {
+                    Ok(sealed) => q
+                        .done
+                        .extend(tickets.into_iter().zip(sealed.into_iter().map(Ok))),
+                    Err(e) => {
+                        let name = self.engine.name();
+                        q.done
+                            .extend(tickets.into_iter().map(|t| (t, Err(share(&e, name)))));
+                    }
+                }
+                q.committing = false;
+                self.committed.notify_all();
+                continue;
+            }
+            q = self.committed.wait(q).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Seals a group of appends in order and commits them, with the new
+    /// heads of their chains, in one durable batch. The builders advance
+    /// only when the commit succeeds.
+    fn commit_group(&self, group: Vec<(u64, Vec<NewEvent>)>) -> Result<Vec<Vec<AuditEvent>>> {
+        let mut chains = lock(&self.chains);
+        let time = event_time(self.clock.now_ms());
+        let mut touched: HashMap<String, ChainBuilder> = HashMap::new();
+        let mut batch = Batch::new();
+        let mut out = Vec::with_capacity(group.len());
+        for (_, events) in group {
+            let mut sealed = Vec::with_capacity(events.len());
+            for e in events {
+                debug_assert!(!e.tenant.is_empty(), "every event has a tenant");
+                let builder = match touched.entry(e.tenant.clone()) {
+                    Entry::Occupied(o) => o.into_mut(),
+                    Entry::Vacant(v) => v.insert(self.builder(&mut chains, &e.tenant)?.clone()),
+                };
+                let event = builder.append(e.into_event(&time));
+                batch.put(
+                    Tree::Audit,
+                    event_key(&event.tenant, event.seq),
+                    records::encode(&event),
+                );
+                sealed.push(event);
+            }
+            out.push(sealed);
+        }
+        for (tenant, builder) in &touched {
+            let head = HeadRecord {
+                seq: builder.next_seq() - 1,
+                hash: builder.last_hash().to_owned(),
+            };
+            batch.put(Tree::Meta, head_key(tenant), records::encode(&head));
+        }
+        self.engine.commit(&batch)?;
+        chains.extend(touched);
+        Ok(out)
+    }
+
+    /// The builder of `tenant`'s chain, loaded on first use.
+    fn builder<'a>(
+        &self,
+        chains: &'a mut HashMap<String, ChainBuilder>,
+        tenant: &str,
+    ) -> Result<&'a ChainBuilder> {
+        if !chains.contains_key(tenant) {
+            let b = self.load(tenant)?;
+            chains.insert(tenant.to_owned(), b);
+        }
+        Ok(&chains[tenant])
+    }
+
+    /// Resumes `tenant`'s chain from its stored head, or after the last
+    /// stored event when events exist past the head.
+    fn load(&self, tenant: &str) -> Result<ChainBuilder> {
+        let (seq, hash) = match self.engine.get(Tree::Meta, &head_key(tenant))? {
+            Some(raw) => {
+                let h: HeadRecord = records::decode(&raw)?;
+                (h.seq, h.hash)
+            }
+            None => (0, GENESIS_HASH.to_owned()),
+        };
+        let prefix = chain_prefix(tenant);
+        let end = prefix_end(&prefix).expect("the prefix ends in a NUL, so it can grow");
+        let mut after = event_key(tenant, seq);
+        let mut last = None;
+        loop {
+            let page = self.engine.range(
+                Tree::Audit,
+                Bound::Excluded(after.as_slice()),
+                Bound::Excluded(end.as_slice()),
+                SCAN_BATCH,
+            )?;
+            let done = page.len() < SCAN_BATCH;
+            if let Some((key, value)) = page.into_iter().last() {
+                after = key;
+                last = Some(value);
+            }
+            if done {
+                break;
+            }
+        }
+        let Some(value) = last else {
+            return Ok(ChainBuilder::resume(seq, hash));
+        };
+        let last_seq = seq_of(&after, prefix.len()).unwrap_or(seq);
+        // Link to the last stored event's hash when it can be read; if not,
+        // the chain breaks there, and verification names that event.
+        let last_hash = records::decode::<AuditEvent>(&value)
+            .map(|e| e.hash)
+            .unwrap_or_else(|_| GENESIS_HASH.to_owned());
+        tracing::error!(
+            tenant,
+            head_seq = seq,
+            last_seq,
+            "audit events exist past the stored chain head; appending after the last stored event. The head record was lost or altered: verify the chain"
+        );
+        Ok(ChainBuilder::resume(last_seq, last_hash))
+    }
+
+    /// `tenant`'s chain head: its last `seq` (0 when empty) and `hash`.
+    pub fn head(&self, tenant: &str) -> Result<(u64, String)> {
+        let mut chains = lock(&self.chains);
+        let b = self.builder(&mut chains, tenant)?;
+        Ok((b.next_seq() - 1, b.last_hash().to_owned()))
+    }
+
+    /// Up to `limit` stored events of `tenant`'s chain with `seq` in
+    /// `from..=upto`, in order, each with its key's `seq`; `None` for one
+    /// that cannot be decoded.
+    fn scan(
+        &self,
+        tenant: &str,
+        from: u64,
+        upto: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, Option<AuditEvent>)>> {
+        if from > upto {
+            return Ok(Vec::new());
+        }
+        let (start, end) = (event_key(tenant, from), event_key(tenant, upto));
+        let prefix_len = start.len() - 8;
+        let page = self.engine.range(
+            Tree::Audit,
+            Bound::Included(start.as_slice()),
+            Bound::Included(end.as_slice()),
+            limit,
+        )?;
+        Ok(page
+            .into_iter()
+            .filter_map(|(k, v)| {
+                let seq = seq_of(&k, prefix_len)?;
+                Some((seq, records::decode::<AuditEvent>(&v).ok()))
+            })
+            .collect())
+    }
+
+    /// Events of `tenant`'s chain that pass `filter`, in `seq` order, at
+    /// most `page_size` of them, from where `page_token` says (empty: from
+    /// the start). The page's `next_token` is empty when nothing follows.
+    /// A page may be short, even empty, while more follow: see
+    /// [`QUERY_SCAN_BUDGET`].
+    pub fn query(
+        &self,
+        tenant: &str,
+        filter: &Filter,
+        page_token: &str,
+        page_size: usize,
+    ) -> Result<Page<AuditEvent>> {
+        let (head, _) = self.head(tenant)?;
+        let mut next = decode_token(page_token, head)?;
+        let since = filter.since.map(event_time);
+        let until = filter.until.map(event_time);
+        let mut items = Vec::new();
+        let mut budget = QUERY_SCAN_BUDGET;
+        while next <= head && items.len() < page_size && budget > 0 {
+            let limit = SCAN_BATCH.min(usize::try_from(budget).unwrap_or(SCAN_BATCH));
+            let page = self.scan(tenant, next, head, limit)?;
+            if page.is_empty() {
+                next = head + 1;
+                break;
+            }
+            for (seq, event) in page {
+                next = seq + 1;
+                budget -= 1;
+                match event {
+                    // The tenant check repeats the key's: a principal never
+                    // sees another tenant's event, whatever the store holds.
+                    Some(e)
+                        if e.tenant == tenant
+                            && filter.matches(&e, since.as_deref(), until.as_deref()) =>
+                    {
+                        items.push(e);
+                        if items.len() == page_size {
+                            break;
+                        }
+                    }
+                    Some(_) => {}
+                    None => {
+                        tracing::warn!(
+                            tenant,
+                            seq,
+                            "an audit event cannot be decoded; skipped in a query (VerifyAudit names it)"
+                        );
+                    }
+                }
+            }
+        }
+        let next_token = if next <= head {
+            next.to_string()
+        } else {
+            String::new()
+        };
+        Ok(Page { items, next_token })
+    }
+
+    /// Up to `limit` events of `tenant`'s chain from `seq` `from` to `upto`,
+    /// in order, as stored (tampered or not); undecodable ones are left out.
+    /// Also returns the `seq` to continue from.
+    pub fn export_page(
+        &self,
+        tenant: &str,
+        from: u64,
+        upto: u64,
+        limit: usize,
+    ) -> Result<(Vec<AuditEvent>, u64)> {
+        let page = self.scan(tenant, from, upto, limit)?;
+        let next = page.last().map_or(upto + 1, |(seq, _)| seq + 1);
+        let events = page
+            .into_iter()
+            .filter_map(|(seq, e)| {
+                if e.is_none() {
+                    tracing::warn!(tenant, seq, "an audit event cannot be decoded; left out of the export, which then fails verification there");
+                }
+                e
+            })
+            .collect();
+        Ok((events, next))
+    }
+
+    /// Verifies `tenant`'s whole chain, streaming, in pages, then checks
+    /// that it ends at the head.
+    pub fn verify(&self, tenant: &str) -> Result<Verified> {
+        let (head_seq, head_hash) = self.head(tenant)?;
+        let mut v = Verifier::new();
+        let mut next = 1;
+        'scan: while next <= head_seq {
+            let page = self.scan(tenant, next, head_seq, SCAN_BATCH)?;
+            if page.is_empty() {
+                break;
+            }
+            for (seq, event) in page {
+                next = seq + 1;
+                let good = match event {
+                    Some(e) => v.check(&e),
+                    None => {
+                        v.fail();
+                        false
+                    }
+                };
+                if !good {
+                    break 'scan;
+                }
+            }
+        }
+        let mut outcome = v.outcome();
+        if outcome.ok {
+            let (seq, hash) = v.head();
+            if seq < head_seq {
+                // The tail was cut off.
+                outcome.ok = false;
+                outcome.first_bad_seq = seq + 1;
+            } else if hash != head_hash {
+                // The last event was rewritten and resealed.
+                outcome.ok = false;
+                outcome.first_bad_seq = seq;
+                outcome.events_checked = seq.saturating_sub(1);
+            }
+        }
+        Ok(Verified {
+            outcome,
+            head_seq,
+            head_hash,
+        })
+    }
+}
+
+/// Page tokens are the decimal `seq` to continue from.
+fn decode_token(token: &str, head: u64) -> Result<u64> {
+    if token.is_empty() {
+        return Ok(1);
+    }
+    token
+        .parse::<u64>()
+        .ok()
+        .filter(|seq| (1..=head.saturating_add(1)).contains(seq))
+        .ok_or_else(|| {
+            StoreError::Invalid(
+                "page_token is not one this server issued; start again with an empty page_token"
+                    .into(),
+            )
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::{action, verify};
+    use crate::clock::ManualClock;
+    use crate::store::redb_engine::RedbEngine;
+    use crate::store::sled_engine::SledEngine;
+
+    const START: Millis = 1_796_031_106_334;
+
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        engine: Arc<dyn Engine>,
+        clock: ManualClock,
+        log: AuditLog,
+    }
+
+    fn fixture() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let engine: Arc<dyn Engine> =
+            Arc::new(RedbEngine::open(&dir.path().join("meta.redb")).unwrap());
+        let clock = ManualClock::new(START);
+        let log = AuditLog::new(engine.clone(), Arc::new(clock.clone()));
+        Fixture {
+            _dir: dir,
+            engine,
+            clock,
+            log,
+        }
+    }
+
+    impl Fixture {
+        /// A fresh log over the same engine, as after a restart.
+        fn reopen(&mut self) {
+            self.log = AuditLog::new(self.engine.clone(), Arc::new(self.clock.clone()));
+        }
+
+        fn all(&self, tenant: &str) -> Vec<AuditEvent> {
+            self.log
+                .query(tenant, &Filter::default(), "", usize::MAX)
+                .unwrap()
+                .items
+        }
+    }
+
+    fn ev(n: u64, tenant: &str) -> NewEvent {
+        NewEvent::new(action::PAYLOAD_READ)
+            .by(&format!("agent-{}", n % 2), tenant)
+            .session(format!("ses_{}", n % 3))
+            .payload(format!("pl_{n}"))
+            .detail(format!("bytes 0-{n}"))
+    }
+
+    #[test]
+    fn appends_number_from_one_link_from_zeros_and_store_the_head() {
+        let f = fixture();
+        let a = f.log.append(ev(1, "acme")).unwrap();
+        let b = f.log.append(ev(2, "acme")).unwrap();
+        assert_eq!((a.seq, a.prev_hash.as_str()), (1, GENESIS_HASH));
+        assert_eq!((b.seq, &b.prev_hash), (2, &a.hash));
+        assert_eq!(a.time, "2026-11-30T09:31:46.334Z");
+        assert_eq!(
+            (a.principal.as_str(), a.tenant.as_str()),
+            ("agent-1", "acme")
+        );
+        assert_eq!(a.outcome, "ok");
+        assert_eq!(f.all("acme"), vec![a, b.clone()]);
+        let stored: HeadRecord = records::decode(
+            &f.engine
+                .get(Tree::Meta, &head_key("acme"))
+                .unwrap()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            stored,
+            HeadRecord {
+                seq: 2,
+                hash: b.hash.clone()
+            }
+        );
+        let raw = f
+            .engine
+            .get(Tree::Audit, &event_key("acme", 2))
+            .unwrap()
+            .unwrap();
+        assert_eq!(raw[0], records::VALUE_FORMAT);
+        assert_eq!(&raw[1..], b.to_export_line().as_bytes());
+    }
+
+    #[test]
+    fn each_tenant_has_its_own_chain() {
+        let f = fixture();
+        f.log.append(ev(1, "acme")).unwrap();
+        let other = f.log.append(ev(2, "other")).unwrap();
+        f.log.append(ev(3, "acme")).unwrap();
+        assert_eq!((other.seq, other.prev_hash.as_str()), (1, GENESIS_HASH));
+        assert_eq!(
+            f.all("acme").iter().map(|e| e.seq).collect::<Vec<_>>(),
+            [1, 2]
+        );
+        assert!(f.all("other").iter().all(|e| e.tenant == "other"));
+        assert!(f.all("acm").is_empty());
+        assert!(verify(f.all("acme")).ok && verify(f.all("other")).ok);
+    }
+
+    #[test]
+    fn a_reopened_log_resumes_each_chain_from_its_stored_head() {
+        let mut f = fixture();
+        f.log.append(ev(1, "acme")).unwrap();
+        f.log.append(ev(2, "acme")).unwrap();
+        f.reopen();
+        f.clock.advance(std::time::Duration::from_secs(1));
+        let third = f.log.append(ev(3, "acme")).unwrap();
+        assert_eq!(third.seq, 3);
+        assert_eq!(third.time, "2026-11-30T09:31:47.334Z");
+        let all = f.all("acme");
+        assert_eq!(all.len(), 3);
+        assert_eq!(verify(all).events_checked, 3);
+        assert!(f.log.verify("acme").unwrap().outcome.ok);
+    }
+
+    /// An engine that can fail its commits, or slow them, and counts them.
+    struct Wrapped {
+        inner: Arc<dyn Engine>,
+        fail: std::sync::atomic::AtomicBool,
+        delay: std::time::Duration,
+        commits: std::sync::atomic::AtomicU64,
+    }
+
+    impl Wrapped {
+        fn new(inner: Arc<dyn Engine>, delay: std::time::Duration) -> Arc<Self> {
+            Arc::new(Wrapped {
+                inner,
+                fail: false.into(),
+                delay,
+                commits: 0.into(),
+            })
+        }
+    }
+
+    impl Engine for Wrapped {
+        fn name(&self) -> &'static str {
+            "wrapped"
+        }
+        fn get(&self, t: Tree, k: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
+            self.inner.get(t, k)
+        }
+        fn range(
+            &self,
+            t: Tree,
+            s: Bound<&[u8]>,
+            e: Bound<&[u8]>,
+            l: usize,
+        ) -> Result<Vec<crate::store::engine::Entry>, EngineError> {
+            self.inner.range(t, s, e, l)
+        }
+        fn commit(&self, b: &Batch) -> Result<(), EngineError> {
+            use std::sync::atomic::Ordering::SeqCst;
+            std::thread::sleep(self.delay);
+            if self.fail.load(SeqCst) {
+                return Err(EngineError::new("wrapped", "disk on fire"));
+            }
+            self.commits.fetch_add(1, SeqCst);
+            self.inner.commit(b)
+        }
+        fn flush(&self) -> Result<(), EngineError> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_failed_commit_consumes_no_seq() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let f = fixture();
+        let wrapped = Wrapped::new(f.engine.clone(), std::time::Duration::ZERO);
+        let log = AuditLog::new(wrapped.clone(), Arc::new(f.clock.clone()));
+        log.append(ev(1, "acme")).unwrap();
+        wrapped.fail.store(true, SeqCst);
+        let err = log.append(ev(2, "acme")).unwrap_err();
+        assert!(err.to_string().contains("disk on fire"), "{err}");
+        wrapped.fail.store(false, SeqCst);
+        assert_eq!(log.append(ev(3, "acme")).unwrap().seq, 2);
+        assert!(log.verify("acme").unwrap().outcome.ok);
+    }
+
+    #[test]
+    fn concurrent_appends_share_commits() {
+        let f = fixture();
+        let wrapped = Wrapped::new(f.engine.clone(), std::time::Duration::from_millis(5));
+        let log = AuditLog::new(wrapped.clone(), Arc::new(f.clock.clone()));
+        std::thread::scope(|s| {
+            for t in 0..8u64 {
+                let log = &log;
+                s.spawn(move || {
+                    for i in 0..10u64 {
+                        log.append(ev(t * 100 + i, "acme")).unwrap();
+                    }
+                });
+            }
+        });
+        let commits = wrapped.commits.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(commits < 60, "80 appends took {commits} commits");
+        assert_eq!(log.verify("acme").unwrap().outcome.events_checked, 80);
+    }
+
+    #[test]
+    fn concurrent_appends_form_one_gapless_chain_per_tenant() {
+        let f = fixture();
+        let got: Vec<Vec<AuditEvent>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8u64)
+                .map(|t| {
+                    let log = &f.log;
+                    s.spawn(move || {
+                        (0..25u64)
+                            .map(|i| {
+                                let tenant = if t % 2 == 0 { "acme" } else { "other" };
+                                log.append(ev(t * 100 + i, tenant)).unwrap()
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for tenant in ["acme", "other"] {
+            let all = f.all(tenant);
+            assert_eq!(all.len(), 100, "{tenant}");
+            assert_eq!(
+                verify(all.clone()),
+                VerifyOutcome {
+                    ok: true,
+                    events_checked: 100,
+                    first_bad_seq: 0
+                }
+            );
+            // Every caller got back exactly the event stored under its seq.
+            let mut returned: Vec<AuditEvent> = got
+                .iter()
+                .flatten()
+                .filter(|e| e.tenant == tenant)
+                .cloned()
+                .collect();
+            returned.sort_by_key(|e| e.seq);
+            assert_eq!(returned, all);
+            // Each thread's own appends come back in its order.
+            for events in &got {
+                assert!(
+                    events
+                        .windows(2)
+                        .all(|w| w[0].tenant != w[1].tenant || w[0].seq < w[1].seq)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn append_all_keeps_order_within_one_call() {
+        let f = fixture();
+        let sealed = f
+            .log
+            .append_all(vec![ev(1, "acme"), ev(2, "other"), ev(3, "acme")])
+            .unwrap();
+        let seqs: Vec<(&str, u64)> = sealed.iter().map(|e| (e.tenant.as_str(), e.seq)).collect();
+        assert_eq!(seqs, [("acme", 1), ("other", 1), ("acme", 2)]);
+        assert_eq!(sealed[2].prev_hash, sealed[0].hash);
+        assert!(f.log.append_all(Vec::new()).unwrap().is_empty());
+    }
+
+    #[test]
+    fn queries_filter_by_every_field_and_page_by_seq() {
+        let f = fixture();
+        for n in 1..=10 {
+            f.log.append(ev(n, "acme")).unwrap();
+            f.clock.advance(std::time::Duration::from_secs(1));
+        }
+        f.log
+            .append(
+                NewEvent::new(action::ACCESS_DENIED)
+                    .by("mallory", "acme")
+                    .outcome(outcome::DENIED),
+            )
+            .unwrap();
+        let q = |filter: Filter| -> Vec<u64> {
+            f.log
+                .query("acme", &filter, "", 100)
+                .unwrap()
+                .items
+                .iter()
+                .map(|e| e.seq)
+                .collect()
+        };
+        assert_eq!(
+            q(Filter {
+                session_id: Some("ses_1".into()),
+                ..Filter::default()
+            }),
+            [1, 4, 7, 10]
+        );
+        assert_eq!(
+            q(Filter {
+                payload_id: Some("pl_3".into()),
+                ..Filter::default()
+            }),
+            [3]
+        );
+        assert_eq!(
+            q(Filter {
+                principal: Some("agent-0".into()),
+                ..Filter::default()
+            }),
+            [2, 4, 6, 8, 10]
+        );
+        assert_eq!(
+            q(Filter {
+                action: Some("access.denied".into()),
+                ..Filter::default()
+            }),
+            [11]
+        );
+        assert_eq!(
+            q(Filter {
+                since: Some(START + 2000),
+                until: Some(START + 5000),
+                ..Filter::default()
+            }),
+            [3, 4, 5],
+            "since is inclusive, until exclusive"
+        );
+        assert_eq!(
+            q(Filter {
+                principal: Some("agent-1".into()),
+                session_id: Some("ses_1".into()),
+                ..Filter::default()
+            }),
+            [1, 7]
+        );
+
+        // Pages of 3 cover everything once, in order.
+        let mut seen = Vec::new();
+        let mut token = String::new();
+        loop {
+            let page = f.log.query("acme", &Filter::default(), &token, 3).unwrap();
+            assert!(page.items.len() <= 3);
+            seen.extend(page.items.iter().map(|e| e.seq));
+            if page.next_token.is_empty() {
+                break;
+            }
+            token = page.next_token;
+        }
+        assert_eq!(seen, (1..=11).collect::<Vec<_>>());
+        // A full last page says nothing follows.
+        assert!(
+            f.log
+                .query("acme", &Filter::default(), "10", 2)
+                .unwrap()
+                .next_token
+                .is_empty()
+        );
+
+        for bad in ["x", "0", "13", "-1"] {
+            let err = f.log.query("acme", &Filter::default(), bad, 3).unwrap_err();
+            assert!(matches!(err, StoreError::Invalid(_)), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_query_stops_at_its_scan_budget_with_a_token() {
+        let f = fixture();
+        let events: Vec<NewEvent> = (1..=QUERY_SCAN_BUDGET + 5).map(|n| ev(n, "acme")).collect();
+        f.log.append_all(events).unwrap();
+        let nothing = Filter {
+            action: Some("session.create".into()),
+            ..Filter::default()
+        };
+        let first = f.log.query("acme", &nothing, "", 10).unwrap();
+        assert!(first.items.is_empty());
+        assert_eq!(first.next_token, (QUERY_SCAN_BUDGET + 1).to_string());
+        let second = f
+            .log
+            .query("acme", &nothing, &first.next_token, 10)
+            .unwrap();
+        assert!(second.items.is_empty() && second.next_token.is_empty());
+    }
+
+    /// Rewrites the stored bytes of event `seq`.
+    fn tamper(f: &Fixture, seq: u64, edit: impl FnOnce(&mut Vec<u8>)) {
+        let key = event_key("acme", seq);
+        let mut raw = f.engine.get(Tree::Audit, &key).unwrap().unwrap();
+        edit(&mut raw);
+        f.engine.put(Tree::Audit, &key, &raw).unwrap();
+    }
+
+    fn chain_of(n: u64) -> Fixture {
+        let f = fixture();
+        for i in 1..=n {
+            f.log.append(ev(i, "acme")).unwrap();
+        }
+        f
+    }
+
+    fn bad_at(seq: u64) -> VerifyOutcome {
+        VerifyOutcome {
+            ok: false,
+            events_checked: seq - 1,
+            first_bad_seq: seq,
+        }
+    }
+
+    #[test]
+    fn verify_accepts_an_intact_chain_and_reports_its_head() {
+        let f = chain_of(600);
+        let v = f.log.verify("acme").unwrap();
+        assert_eq!(
+            v.outcome,
+            VerifyOutcome {
+                ok: true,
+                events_checked: 600,
+                first_bad_seq: 0
+            }
+        );
+        assert_eq!(v.head_seq, 600);
+        assert_eq!(v.head_hash, f.all("acme")[599].hash);
+        let empty = f.log.verify("nobody").unwrap();
+        assert_eq!(
+            (empty.outcome.ok, empty.head_seq, empty.head_hash.as_str()),
+            (true, 0, GENESIS_HASH)
+        );
+    }
+
+    #[test]
+    fn verify_names_an_event_with_one_byte_flipped() {
+        let f = chain_of(10);
+        tamper(&f, 4, |raw| {
+            let at = raw.windows(7).position(|w| w == b"bytes 0").unwrap();
+            raw[at] = b'B';
+        });
+        assert_eq!(f.log.verify("acme").unwrap().outcome, bad_at(4));
+        // A byte that breaks the JSON is caught the same way.
+        tamper(&f, 2, |raw| raw[1] = b'[');
+        assert_eq!(f.log.verify("acme").unwrap().outcome, bad_at(2));
+    }
+
+    #[test]
+    fn verify_names_a_deleted_event_a_cut_tail_and_a_resealed_last_event() {
+        let f = chain_of(10);
+        f.engine.delete(Tree::Audit, &event_key("acme", 6)).unwrap();
+        assert_eq!(f.log.verify("acme").unwrap().outcome, bad_at(6));
+
+        let f = chain_of(10);
+        for seq in [9, 10] {
+            f.engine
+                .delete(Tree::Audit, &event_key("acme", seq))
+                .unwrap();
+        }
+        assert_eq!(f.log.verify("acme").unwrap().outcome, bad_at(9), "cut tail");
+
+        let f = chain_of(10);
+        let mut last = f.all("acme").pop().unwrap();
+        last.detail = "rewritten".into();
+        let last = crate::audit::seal(&last.prev_hash.clone(), last);
+        f.engine
+            .put(Tree::Audit, &event_key("acme", 10), &records::encode(&last))
+            .unwrap();
+        assert!(verify(f.all("acme")).ok, "the chain alone cannot tell");
+        assert_eq!(
+            f.log.verify("acme").unwrap().outcome,
+            bad_at(10),
+            "the head can"
+        );
+    }
+
+    #[test]
+    fn events_past_a_lost_head_are_never_overwritten() {
+        let mut f = chain_of(5);
+        f.engine.delete(Tree::Meta, &head_key("acme")).unwrap();
+        f.reopen();
+        let next = f.log.append(ev(6, "acme")).unwrap();
+        assert_eq!(next.seq, 6);
+        assert_eq!(verify(f.all("acme")).events_checked, 6);
+    }
+
+    #[test]
+    fn the_log_works_on_sled_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine: Arc<dyn Engine> =
+            Arc::new(SledEngine::open(&dir.path().join("meta.sled")).unwrap());
+        let log = AuditLog::new(engine.clone(), Arc::new(ManualClock::new(START)));
+        for n in 1..=300 {
+            log.append(ev(n, "acme")).unwrap();
+        }
+        let log = AuditLog::new(engine, Arc::new(ManualClock::new(START)));
+        assert_eq!(log.append(ev(301, "acme")).unwrap().seq, 301);
+        assert_eq!(log.verify("acme").unwrap().outcome.events_checked, 301);
+    }
+}
