@@ -32,11 +32,13 @@ pub enum Tree {
     ContentIndex,
     /// `session_id` or `payload_id` → the receipt of its deletion.
     DeletedTargets,
+    /// `tenant` → the tenant's policy as set.
+    TenantPolicies,
 }
 
 impl Tree {
     /// Every tree, in a fixed order.
-    pub const ALL: [Tree; 11] = [
+    pub const ALL: [Tree; 12] = [
         Tree::Meta,
         Tree::Sessions,
         Tree::TenantSessions,
@@ -48,6 +50,7 @@ impl Tree {
         Tree::Receipts,
         Tree::ContentIndex,
         Tree::DeletedTargets,
+        Tree::TenantPolicies,
     ];
 
     /// The tree's name inside the engine.
@@ -64,6 +67,7 @@ impl Tree {
             Tree::Receipts => "receipts.v1",
             Tree::ContentIndex => "content_index.v1",
             Tree::DeletedTargets => "deleted_targets.v1",
+            Tree::TenantPolicies => "tenant_policies.v1",
         }
     }
 
@@ -248,6 +252,19 @@ pub(crate) fn conformance(engine: &dyn Engine) {
     );
     engine.delete(Tree::Sessions, b"a").unwrap();
     assert_eq!(engine.get(Tree::Sessions, b"a").unwrap(), None);
+    // Every tree is there and holds its own keys.
+    for tree in Tree::ALL {
+        engine.put(tree, b"every", tree.name().as_bytes()).unwrap();
+    }
+    for tree in Tree::ALL {
+        assert_eq!(
+            engine.get(tree, b"every").unwrap().as_deref(),
+            Some(tree.name().as_bytes()),
+            "{}",
+            tree.name()
+        );
+        engine.delete(tree, b"every").unwrap();
+    }
 
     // A batch spans trees, and a later write to a key wins.
     let mut b = Batch::new();
