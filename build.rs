@@ -12,6 +12,7 @@ const PROTOS: &[&str] = &[
     "proto/spillway/v1/payloads.proto",
     "proto/spillway/v1/context.proto",
     "proto/spillway/v1/codemode.proto",
+    "proto/spillway/v1/policies.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

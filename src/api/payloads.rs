@@ -446,7 +446,8 @@ impl Payloads for PayloadsService {
     ) -> Result<Response<proto::ReadResponse>, Status> {
         let p = principal(&req)?;
         let r = req.into_inner();
-        let (_, payload) = self.state.payload_for(&p, Rpc::Read, &r.payload_id).await?;
+        let (session, payload) = self.state.payload_for(&p, Rpc::Read, &r.payload_id).await?;
+        let allow_download = self.state.effective_policy(&session).await?.allow_download;
         let limits = &self.state.config.limits;
         let max_bytes = match r.max_bytes {
             0 => limits.read_default_bytes,
@@ -469,6 +470,16 @@ impl Payloads for PayloadsService {
         let store = self.state.store.clone();
         let (size, lines) = (payload.size, payload.line_count);
         let out = blocking(move || store.read(&payload, spec, max_bytes)).await?;
+        // Without allow_download, a Read may return at most a preview's worth:
+        // reading a payload whole in pieces would be a download.
+        let preview = self.state.config.offload.preview_size();
+        if !allow_download && out.data.len() > preview {
+            return Err(ApiError::Denied(format!(
+                "this session's policy has allow_download = false, so a Read may return at most {preview} bytes (the preview size) and this one would return {}; read a smaller range (max_bytes <= {preview}), or use Search, Inspect or Exec to narrow the payload down, or ask compliance to allow downloads",
+                out.data.len()
+            ))
+            .into());
+        }
         Ok(Response::new(proto::ReadResponse {
             data: out.data,
             start_offset: out.start_offset,
@@ -489,14 +500,15 @@ impl Payloads for PayloadsService {
         req: Request<proto::PayloadRequest>,
     ) -> Result<Response<Self::DownloadStream>, Status> {
         let p = principal(&req)?;
-        let (_, payload) = self
+        let (session, payload) = self
             .state
             .payload_for(&p, Rpc::Download, &req.get_ref().payload_id)
             .await?;
-        if !self.state.config.policy.allow_download {
-            return Err(ApiError::Denied(
-                "downloads are disabled by policy (allow_download = false); use Read for ranges, Search, or Inspect instead".into(),
-            )
+        if !self.state.effective_policy(&session).await?.allow_download {
+            return Err(ApiError::Denied(format!(
+                "downloads are disabled by this session's policy (allow_download = false); use Search, Inspect or Exec to narrow the payload down, Read for ranges up to {} bytes, or ask compliance to allow downloads",
+                self.state.config.offload.preview_size()
+            ))
             .into());
         }
         let store = self.state.store.clone();

@@ -49,6 +49,12 @@ pub enum Rpc {
     Exec,
     /// CodeMode/ListRuntimes.
     ListRuntimes,
+    /// Policies/GetPolicy.
+    GetPolicy,
+    /// Policies/SetPolicy.
+    SetPolicy,
+    /// Policies/SetLegalHold.
+    SetLegalHold,
 }
 
 /// What a call does to its target session.
@@ -104,6 +110,11 @@ pub const TABLE: &[Rule] = &[
     rule(Rpc::Recall, "spillway.v1.Context/Recall", &[Agent, Admin, Compliance], U::Content),
     rule(Rpc::Exec, "spillway.v1.CodeMode/Exec", &[Agent, Admin], U::Content),
     rule(Rpc::ListRuntimes, "spillway.v1.CodeMode/ListRuntimes", &[Agent, Admin, Compliance, Auditor], U::None),
+    // By tenant: admin, compliance and auditors of that tenant; by session:
+    // whoever may see the session's metadata (agents: their own and shared).
+    rule(Rpc::GetPolicy, "spillway.v1.Policies/GetPolicy", &[Agent, Admin, Compliance, Auditor], U::Metadata),
+    rule(Rpc::SetPolicy, "spillway.v1.Policies/SetPolicy", &[Admin, Compliance], U::None),
+    rule(Rpc::SetLegalHold, "spillway.v1.Policies/SetLegalHold", &[Admin, Compliance], U::Manage),
 ];
 
 const fn rule(rpc: Rpc, method: &'static str, roles: &'static [Role], session: SessionUse) -> Rule {
