@@ -9,4 +9,5 @@ mod crash;
 mod inspect;
 mod offload;
 mod payloads;
+mod policies;
 mod sessions;
