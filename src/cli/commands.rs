@@ -14,7 +14,8 @@ use super::output;
 use super::{AuditCommand, Cli, Command, ContextCommand, HistoryFormat, SessionCommand};
 use crate::proto::{
     self, code_mode_client::CodeModeClient, context_client::ContextClient,
-    payloads_client::PayloadsClient, sessions_client::SessionsClient,
+    payloads_client::PayloadsClient, policies_client::PoliciesClient,
+    sessions_client::SessionsClient,
 };
 
 /// Bytes per upload chunk: well under the server's 4 MiB message limit.
@@ -27,6 +28,7 @@ struct Clients {
     payloads: PayloadsClient<Svc>,
     context: ContextClient<Svc>,
     codemode: CodeModeClient<Svc>,
+    policies: PoliciesClient<Svc>,
 }
 
 /// Runs a client subcommand against the server.
@@ -52,6 +54,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
     let (channel, bearer) = connect(&settings).await?;
     let mut c = Clients {
         sessions: SessionsClient::with_interceptor(channel.clone(), bearer.clone()),
+        policies: PoliciesClient::with_interceptor(channel.clone(), bearer.clone()),
         context: ContextClient::with_interceptor(channel.clone(), bearer.clone())
             .max_decoding_message_size(256 << 20)
             .max_encoding_message_size(256 << 20),
@@ -66,6 +69,30 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(_) => unreachable!("serve is handled by main"),
         Command::Audit(_) => unreachable!("audit commands are local and handled above"),
         Command::Session(cmd) => session(&mut c, cmd, json).await,
+        Command::Policy(super::PolicyCommand::Get { tenant, session }) => {
+            let p = c
+                .policies
+                .get_policy(super::policy::get_request(tenant, session))
+                .await?
+                .into_inner();
+            output::show(json, &p, super::policy::show)
+        }
+        Command::Policy(super::PolicyCommand::Set(args)) => {
+            let p = c
+                .policies
+                .set_policy(super::policy::set_request(args)?)
+                .await?
+                .into_inner();
+            output::show(json, &p, super::policy::show)
+        }
+        Command::Hold(args) => {
+            let s = c
+                .policies
+                .set_legal_hold(super::policy::hold_request(args))
+                .await?
+                .into_inner();
+            output::show(json, &s, output::session)
+        }
         Command::Context(cmd) => context(&mut c, cmd, json).await,
         Command::Upload {
             session,

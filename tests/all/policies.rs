@@ -635,3 +635,104 @@ async fn a_redaction_rule_that_does_not_compile_is_refused_with_the_parsers_mess
         err.message()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_sets_and_gets_policies_and_places_and_lifts_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("data");
+    let server = ProcessServer::start(None, &data_dir, dir.path().join("server.log")).await;
+    let cli = |args: &[&str]| {
+        command()
+            .args(args)
+            .env("SPILLWAY_ADDR", server.addr.to_string())
+            .env("SPILLWAY_DATA_DIR", &data_dir)
+            .output()
+            .unwrap()
+    };
+    let ok = |out: std::process::Output| {
+        assert!(
+            out.status.success(),
+            "stderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    // Dev mode: the dev token is an admin of tenant "dev".
+    let set: serde_json::Value = serde_json::from_str(&ok(cli(&[
+        "--json",
+        "policy",
+        "set",
+        "--tenant",
+        "dev",
+        "--retention",
+        "3d",
+        "--no-download",
+        "--exec-timeout-ms",
+        "60000",
+        "--redact",
+        "builtin:email",
+        "--locked",
+    ])))
+    .unwrap();
+    assert_eq!(set["retention"], "259200s");
+    assert_eq!(set["allowDownload"], false);
+    assert_eq!(set["locked"], true);
+    assert!(set.get("allowExec").is_none(), "unset flags defer: {set}");
+
+    let shown = ok(cli(&["policy", "get", "--tenant", "dev"]));
+    assert!(shown.contains("retention            3days"), "{shown}");
+    assert!(
+        shown.contains("allow_exec           (server default)"),
+        "{shown}"
+    );
+
+    let refused = cli(&[
+        "policy",
+        "set",
+        "--tenant",
+        "dev",
+        "--retention",
+        "30d",
+        "--locked",
+    ]);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("InvalidArgument") || stderr.contains("INVALID_ARGUMENT"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("policy.retention"), "{stderr}");
+
+    let created: serde_json::Value =
+        serde_json::from_str(&ok(cli(&["--json", "session", "create"]))).unwrap();
+    let session = created["id"].as_str().unwrap().to_owned();
+    let effective: serde_json::Value = serde_json::from_str(&ok(cli(&[
+        "--json",
+        "policy",
+        "get",
+        "--session",
+        &session,
+    ])))
+    .unwrap();
+    assert_eq!(effective["allowDownload"], false);
+    assert_eq!(effective["allowExec"], true);
+
+    let held = ok(cli(&[
+        "hold",
+        "on",
+        "--session",
+        &session,
+        "--reason",
+        "case 7",
+    ]));
+    assert!(held.contains("legal hold by"), "{held}");
+    let refused = cli(&["session", "rm", &session]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("case 7"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    ok(cli(&["hold", "off", "--session", &session]));
+    ok(cli(&["session", "rm", &session]));
+}
