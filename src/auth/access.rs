@@ -313,6 +313,36 @@ mod tests {
     }
 
     #[test]
+    fn policies_and_holds_are_set_by_admin_and_compliance_only() {
+        let admin = p("ada", "acme", &[Admin]);
+        let carol = p("carol", "acme", &[Compliance]);
+        let alice = p("alice", "acme", &[Agent]);
+        let audrey = p("audrey", "acme", &[Auditor]);
+        for rpc in [Rpc::SetPolicy, Rpc::SetLegalHold] {
+            assert!(authorize(&admin, rpc).is_ok());
+            assert!(authorize(&carol, rpc).is_ok());
+            assert!(authorize(&alice, rpc).is_err());
+            assert!(authorize(&audrey, rpc).is_err());
+        }
+        assert_eq!(
+            session_access(&carol, Rpc::SetLegalHold, owned(&[])),
+            Access::Allowed
+        );
+        for who in [&admin, &carol, &alice, &audrey] {
+            assert!(authorize(who, Rpc::GetPolicy).is_ok(), "{}", who.id);
+        }
+        // By session, GetPolicy needs what GetSession needs.
+        assert_eq!(
+            session_access(&alice, Rpc::GetPolicy, owned(&[])),
+            Access::Allowed
+        );
+        assert_eq!(
+            session_access(&p("bob", "acme", &[Agent]), Rpc::GetPolicy, owned(&[])),
+            Access::Hidden
+        );
+    }
+
+    #[test]
     fn auditor_role_cannot_call_session_rpcs() {
         let a = p("audrey", "acme", &[Role::Auditor]);
         let err = authorize(&a, Rpc::Read).unwrap_err().to_string();

@@ -520,6 +520,21 @@ impl Store {
         Ok(record)
     }
 
+    /// The payload retention of a session: the shortest of the server
+    /// default, the tenant's current policy and the session's overrides
+    /// (the retention field of [`crate::policy::effective`]).
+    fn retention_of(&self, s: &SessionRecord) -> Result<Duration> {
+        let tenant = self.tenant_policy(&s.tenant)?;
+        Ok([
+            tenant.and_then(|t| t.policy.retention_ms),
+            s.policy.retention_ms,
+        ]
+        .into_iter()
+        .flatten()
+        .map(Duration::from_millis)
+        .fold(self.settings.retention, Duration::min))
+    }
+
     // ---- payloads -------------------------------------------------------
 
     /// Starts an upload into an open session.
@@ -955,7 +970,7 @@ impl PendingUpload<'_> {
             tool_call_id: std::mem::take(&mut self.meta.tool_call_id),
             is_error: self.meta.is_error,
             created_ms: now,
-            expires_ms: clock::add(now, store.settings.retention).min(s.expires_ms),
+            expires_ms: clock::add(now, store.retention_of(&s)?).min(s.expires_ms),
             derived_from: std::mem::take(&mut self.meta.derived_from),
             utf8: facts.utf8,
             missing: false,

@@ -736,3 +736,38 @@ async fn the_cli_sets_and_gets_policies_and_places_and_lifts_holds() {
     ok(cli(&["hold", "off", "--session", &session]));
     ok(cli(&["session", "rm", &session]));
 }
+
+#[tokio::test]
+async fn a_payload_expires_after_the_effective_retention() {
+    let server = TestServer::start().await;
+    set_policy(
+        &server,
+        ADMIN,
+        "acme",
+        proto::Policy {
+            retention: days(2),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let session = create_with(
+        &server,
+        ALICE,
+        proto::Policy {
+            retention: days(1),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let other = create_session(&server, ALICE).await;
+    let mut p = server.payloads(ALICE).await;
+    for (session, want) in [(&session.id, DAY), (&other.id, 2 * DAY)] {
+        let stored = upload(&mut p, header(session, "x.txt"), b"x")
+            .await
+            .unwrap();
+        let lives = stored.expires_at.unwrap().seconds - stored.created_at.unwrap().seconds;
+        assert!((want - 1..=want).contains(&lives), "{lives}, wanted {want}");
+    }
+}
