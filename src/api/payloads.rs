@@ -470,8 +470,10 @@ impl Payloads for PayloadsService {
         let store = self.state.store.clone();
         let (size, lines) = (payload.size, payload.line_count);
         let out = blocking(move || store.read(&payload, spec, max_bytes)).await?;
-        // Without allow_download, a Read may return at most a preview's worth:
-        // reading a payload whole in pieces would be a download.
+        // Without allow_download, a Read may return at most a preview's worth
+        // (the contract's "byte Reads beyond the preview size"). Many small
+        // Reads can still page through a payload; each one is a separate,
+        // auditable call.
         let preview = self.state.config.offload.preview_size();
         if !allow_download && out.data.len() > preview {
             return Err(ApiError::Denied(format!(
