@@ -20,6 +20,8 @@ use crate::store::records::{LegalHold, TenantPolicyRecord};
 
 /// Longest legal-hold reason accepted.
 const MAX_REASON: usize = 1024;
+/// Longest tenant name accepted.
+const MAX_TENANT: usize = 256;
 
 /// The Policies service.
 #[derive(Debug, Clone)]
@@ -42,8 +44,11 @@ fn tenant_access(
     roles: &[crate::auth::Role],
 ) -> Result<(), ApiError> {
     access::authorize(p, rpc)?;
-    if tenant.is_empty() {
-        return Err(ApiError::BadRequest("tenant is required".into()));
+    if tenant.is_empty() || tenant.len() > MAX_TENANT {
+        return Err(ApiError::BadRequest(format!(
+            "tenant must be 1 to {MAX_TENANT} bytes; your principal's tenant is {:?}",
+            p.tenant
+        )));
     }
     if !roles.iter().any(|r| p.has(*r)) {
         return Err(ApiError::Denied(format!(
