@@ -13,6 +13,7 @@ const PROTOS: &[&str] = &[
     "proto/spillway/v1/context.proto",
     "proto/spillway/v1/codemode.proto",
     "proto/spillway/v1/audit.proto",
+    "proto/spillway/v1/policies.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -204,12 +204,27 @@ pub struct PolicyDefaults {
     /// Maximum session age (default 7 days).
     #[serde(with = "humantime_serde")]
     pub session_ttl: Duration,
-    /// Whether raw bytes may be downloaded (default true).
+    /// Byte quota of a session; 0 = none (default).
+    pub max_session_bytes: u64,
+    /// Largest payload; 0 = none beyond `limits.max_payload_bytes` (default).
+    pub max_payload_bytes: u64,
+    /// Payload count quota of a session; 0 = none (default).
+    pub max_payloads: u64,
+    /// Delete a session's payloads when it is closed (default false).
+    pub delete_on_close: bool,
+    /// Whether raw bytes may be downloaded, and read beyond the preview size
+    /// (default true).
     pub allow_download: bool,
     /// Whether scripts may run (default true).
     pub allow_exec: bool,
+    /// Whether compliance principals may read content (default false). The
+    /// effective policy ANDs the levels, so a tenant can grant it only where
+    /// this is true.
+    pub compliance_can_read: bool,
     /// The most any exec may ask for (default 5 min, 4 GiB, 64 MiB stdout).
     pub exec_ceiling: crate::sandbox::limits::ExecLimits,
+    /// Redaction rules every session gets (default none).
+    pub redact: Vec<String>,
 }
 
 impl Default for PolicyDefaults {
@@ -217,9 +232,15 @@ impl Default for PolicyDefaults {
         Self {
             retention: Duration::from_secs(7 * 24 * 3600),
             session_ttl: Duration::from_secs(7 * 24 * 3600),
+            max_session_bytes: 0,
+            max_payload_bytes: 0,
+            max_payloads: 0,
+            delete_on_close: false,
             allow_download: true,
             allow_exec: true,
+            compliance_can_read: false,
             exec_ceiling: crate::sandbox::limits::ExecLimits::CEILING,
+            redact: Vec::new(),
         }
     }
 }
@@ -323,6 +344,9 @@ impl Config {
                 "version = {} is not supported; this server reads version = {CONFIG_VERSION}",
                 self.version
             )));
+        }
+        if let Err(e) = crate::redact::Redactor::compile(&self.policy.redact) {
+            return Err(ConfigError::Invalid(format!("policy.redact: {e}")));
         }
         for (i, t) in self.auth.tokens.iter().enumerate() {
             match (&t.token, &t.token_sha256) {

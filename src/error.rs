@@ -12,6 +12,7 @@ use tonic::{Code, Status};
 use crate::auth::AuthError;
 use crate::ids::IdError;
 use crate::offload::OffloadError;
+use crate::policy::PolicyError;
 use crate::sandbox::SandboxError;
 use crate::store::StoreError;
 
@@ -33,6 +34,9 @@ pub enum ApiError {
     /// A code-mode failure that is not the script's own.
     #[error(transparent)]
     Sandbox(#[from] SandboxError),
+    /// A policy that may not be set: invalid, or looser than allowed.
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
     /// A malformed request.
     #[error("{0}")]
     BadRequest(String),
@@ -81,6 +85,12 @@ impl From<AuthError> for Status {
     }
 }
 
+impl From<PolicyError> for Status {
+    fn from(e: PolicyError) -> Status {
+        ApiError::from(e).into()
+    }
+}
+
 impl From<StoreError> for Status {
     fn from(e: StoreError) -> Status {
         ApiError::from(e).into()
@@ -93,7 +103,7 @@ fn code_of(e: &ApiError) -> Code {
         ApiError::Auth(AuthError::RoleDenied { .. }) | ApiError::Denied(_) => {
             Code::PermissionDenied
         }
-        ApiError::Id(_) | ApiError::BadRequest(_) => Code::InvalidArgument,
+        ApiError::Id(_) | ApiError::BadRequest(_) | ApiError::Policy(_) => Code::InvalidArgument,
         ApiError::Hidden { .. } | ApiError::Missing(_) => Code::NotFound,
         ApiError::Limit(_) => Code::ResourceExhausted,
         ApiError::Internal(_) => Code::Internal,
@@ -117,7 +127,7 @@ fn sandbox_code(s: &SandboxError) -> Code {
 fn store_code(s: &StoreError) -> Code {
     match s {
         StoreError::NotFound { .. } => Code::NotFound,
-        StoreError::SessionClosed(_) => Code::FailedPrecondition,
+        StoreError::SessionClosed(_) | StoreError::LegalHold { .. } => Code::FailedPrecondition,
         StoreError::Invalid(_) | StoreError::ChecksumMismatch { .. } => Code::InvalidArgument,
         StoreError::OutOfRange(_) => Code::OutOfRange,
         StoreError::TooLarge { .. } | StoreError::DiskFull => Code::ResourceExhausted,

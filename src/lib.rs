@@ -18,6 +18,8 @@
 //! - [`inspect`]: content-type detection and bounded JSON scanning.
 //! - [`offload`]: token estimates, the per-turn offload decision, previews and
 //!   notices.
+//! - [`policy`]: the effective policy (server default, tenant policy and
+//!   session overrides, strictest wins) and the tighten-only checks.
 //! - [`redact`]: policy redaction rules (built-ins and regexes) applied to
 //!   bytes, one-shot or streaming in bounded memory.
 //! - [`context`]: history repair, budgets, microcompaction, recall keys and
@@ -42,6 +44,7 @@ pub mod error;
 pub mod ids;
 pub mod inspect;
 pub mod offload;
+pub mod policy;
 pub mod redact;
 pub mod sandbox;
 pub mod server;

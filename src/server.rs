@@ -1,5 +1,5 @@
-//! Builds and runs the gRPC server: Sessions, Payloads, Context, CodeMode
-//! and Audit behind the authenticating interceptor, plus `grpc.health.v1`
+//! Builds and runs the gRPC server: Sessions, Payloads, Context, CodeMode,
+//! Audit and Policies behind the authenticating interceptor, plus `grpc.health.v1`
 //! and reflection v1.
 //!
 //! Shutdown: when the shutdown future resolves, health turns NOT_SERVING,
@@ -16,7 +16,8 @@ use tonic::service::interceptor::InterceptedService;
 
 use crate::api::{
     AppState, Authenticator, audit::AuditService, codemode::CodeModeService,
-    context::ContextService, payloads::PayloadsService, sessions::SessionsService,
+    context::ContextService, payloads::PayloadsService, policies::PoliciesService,
+    sessions::SessionsService,
 };
 use crate::auth::TokenTable;
 use crate::clock::{Clock, SystemClock};
@@ -24,7 +25,8 @@ use crate::config::Config;
 use crate::error::map_decode_status;
 use crate::proto::{
     audit_server::AuditServer, code_mode_server::CodeModeServer, context_server::ContextServer,
-    payloads_server::PayloadsServer, sessions_server::SessionsServer,
+    payloads_server::PayloadsServer, policies_server::PoliciesServer,
+    sessions_server::SessionsServer,
 };
 use crate::sandbox::{Sandbox, SandboxError};
 use crate::store::{Store, StoreError, StoreSettings};
@@ -173,6 +175,9 @@ pub async fn run_with_clock(
     let audit = AuditServer::new(AuditService::new(state.clone()))
         .max_decoding_message_size(limits.max_request_message_bytes)
         .max_encoding_message_size(limits.max_response_message_bytes);
+    let policies = PoliciesServer::new(PoliciesService::new(state.clone()))
+        .max_decoding_message_size(limits.max_request_message_bytes)
+        .max_encoding_message_size(limits.max_response_message_bytes);
 
     let (health_reporter, health) = tonic_health::server::health_reporter();
     health_reporter
@@ -183,6 +188,9 @@ pub async fn run_with_clock(
         .await;
     health_reporter
         .set_serving::<AuditServer<AuditService>>()
+        .await;
+    health_reporter
+        .set_serving::<PoliciesServer<PoliciesService>>()
         .await;
     health_reporter
         .set_service_status("", tonic_health::ServingStatus::Serving)
@@ -222,6 +230,9 @@ pub async fn run_with_clock(
         reporter
             .set_not_serving::<AuditServer<AuditService>>()
             .await;
+        reporter
+            .set_not_serving::<PoliciesServer<PoliciesService>>()
+            .await;
         let _ = drain_tx.send(());
     };
 
@@ -239,7 +250,8 @@ pub async fn run_with_clock(
         .add_service(InterceptedService::new(payloads, auth.clone()))
         .add_service(InterceptedService::new(context, auth.clone()))
         .add_service(InterceptedService::new(codemode, auth.clone()))
-        .add_service(InterceptedService::new(audit, auth))
+        .add_service(InterceptedService::new(audit, auth.clone()))
+        .add_service(InterceptedService::new(policies, auth))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal);
     tokio::pin!(serve);
 

@@ -56,10 +56,10 @@ impl CodeMode for CodeModeService {
         let span = tracing::Span::current();
         span.record("session_id", tracing::field::display(&session.id));
         span.record("runtime", r.runtime.as_str());
-        let policy = &self.state.config.policy;
+        let policy = self.state.effective_policy(&session).await?;
         if !policy.allow_exec {
             let denied = ApiError::Denied(
-                "code mode is disabled by this server's policy (allow_exec = false); use Read, Search and Inspect instead".into(),
+                "code mode is disabled by this session's policy (allow_exec = false); use Read, Search and Inspect instead, or ask compliance to allow exec".into(),
             );
             self.state
                 .refusal::<()>(&p, Rpc::Exec, Err(denied), session.id.as_str(), "")

@@ -2,10 +2,14 @@
 
 use pbjson_types::{Duration, Timestamp};
 
-use crate::clock::Millis;
-use crate::config::Config;
+use crate::clock::{self, Millis};
+use crate::error::ApiError;
+use crate::policy::Policy;
 use crate::proto;
-use crate::store::records::{PayloadRecord, ReceiptRecord, SessionRecord, SessionState};
+use crate::sandbox::limits::ExecLimits;
+use crate::store::records::{
+    PayloadRecord, PolicyOverrides, ReceiptRecord, SessionRecord, SessionState,
+};
 
 pub fn timestamp(ms: Millis) -> Timestamp {
     Timestamp {
@@ -21,23 +25,84 @@ fn duration(d: std::time::Duration) -> Duration {
     }
 }
 
-/// The effective policy of a session: for now the server defaults.
-pub fn effective_policy(config: &Config) -> proto::Policy {
-    let p = &config.policy;
+/// A complete (effective or default) policy as a message: every field set.
+pub fn policy(p: &Policy) -> proto::Policy {
     proto::Policy {
         retention: Some(duration(p.retention)),
         session_ttl: Some(duration(p.session_ttl)),
-        max_session_bytes: 0,
-        max_payload_bytes: config.limits.max_payload_bytes,
-        max_payloads: 0,
-        delete_on_close: false,
+        max_session_bytes: p.max_session_bytes,
+        max_payload_bytes: p.max_payload_bytes,
+        max_payloads: p.max_payloads,
+        delete_on_close: Some(p.delete_on_close),
+        allow_download: Some(p.allow_download),
+        allow_exec: Some(p.allow_exec),
+        compliance_can_read: Some(p.compliance_can_read),
+        exec_ceiling: Some(exec_limits(&p.exec_ceiling)),
+        redact: p.redact.clone(),
+        locked: p.locked,
+    }
+}
+
+/// One level (a tenant policy as set, or session overrides) as a message:
+/// what the level leaves to the others stays unset or zero.
+pub fn policy_level(l: &PolicyOverrides) -> proto::Policy {
+    let ms = |v: Option<u64>| v.map(|ms| duration(std::time::Duration::from_millis(ms)));
+    proto::Policy {
+        retention: ms(l.retention_ms),
+        session_ttl: ms(l.session_ttl_ms),
+        max_session_bytes: l.max_session_bytes.unwrap_or(0),
+        max_payload_bytes: l.max_payload_bytes.unwrap_or(0),
+        max_payloads: l.max_payloads.unwrap_or(0),
+        delete_on_close: l.delete_on_close,
+        allow_download: l.allow_download,
+        allow_exec: l.allow_exec,
+        compliance_can_read: l.compliance_can_read,
+        exec_ceiling: l.exec_ceiling.as_ref().map(exec_limits),
+        redact: l.redact.clone(),
+        locked: l.locked,
+    }
+}
+
+/// A policy message as one level. Zero quotas and an all-zero exec ceiling
+/// mean "nothing at this level".
+pub fn policy_level_from(p: &proto::Policy) -> Result<PolicyOverrides, ApiError> {
+    let ms = |field: &str, d: &Option<Duration>| -> Result<Option<u64>, ApiError> {
+        let Some(d) = d else { return Ok(None) };
+        if d.seconds < 0 || d.nanos < 0 {
+            return Err(ApiError::BadRequest(format!(
+                "{field} is negative; give a positive duration, or leave it unset"
+            )));
+        }
+        let ms = (d.seconds as u64)
+            .saturating_mul(1000)
+            .saturating_add(d.nanos as u64 / 1_000_000);
+        Ok(Some(ms))
+    };
+    let nonzero = |v: u64| (v != 0).then_some(v);
+    let exec_ceiling = p
+        .exec_ceiling
+        .as_ref()
+        .map(|l| ExecLimits {
+            timeout_ms: l.timeout_ms,
+            memory_bytes: l.memory_bytes,
+            max_stdout_bytes: l.max_stdout_bytes,
+            fuel: l.fuel,
+        })
+        .filter(|l| *l != ExecLimits::ZERO);
+    Ok(PolicyOverrides {
+        retention_ms: ms("policy.retention", &p.retention)?,
+        session_ttl_ms: ms("policy.session_ttl", &p.session_ttl)?,
+        max_session_bytes: nonzero(p.max_session_bytes),
+        max_payload_bytes: nonzero(p.max_payload_bytes),
+        max_payloads: nonzero(p.max_payloads),
+        delete_on_close: p.delete_on_close,
         allow_download: p.allow_download,
         allow_exec: p.allow_exec,
-        compliance_can_read: false,
-        exec_ceiling: Some(exec_limits(&p.exec_ceiling)),
-        redact: Vec::new(),
-        locked: false,
-    }
+        compliance_can_read: p.compliance_can_read,
+        exec_ceiling,
+        redact: p.redact.clone(),
+        locked: p.locked,
+    })
 }
 
 /// Exec limits as a message.
@@ -50,7 +115,13 @@ pub fn exec_limits(l: &crate::sandbox::limits::ExecLimits) -> proto::ExecLimits 
     }
 }
 
-pub fn session(s: &SessionRecord, config: &Config) -> proto::Session {
+/// A session with its effective policy. Its expiry is the stored one or the
+/// effective TTL from its creation, whichever is earlier, so a tightened
+/// tenant TTL shows at once.
+pub fn session(s: &SessionRecord, effective: &Policy) -> proto::Session {
+    let expires_ms = s
+        .expires_ms
+        .min(clock::add(s.created_ms, effective.session_ttl));
     proto::Session {
         id: s.id.to_string(),
         tenant: s.tenant.clone(),
@@ -67,8 +138,8 @@ pub fn session(s: &SessionRecord, config: &Config) -> proto::Session {
         } as i32,
         created_at: Some(timestamp(s.created_ms)),
         closed_at: s.closed_ms.map(timestamp),
-        expires_at: Some(timestamp(s.expires_ms)),
-        policy: Some(effective_policy(config)),
+        expires_at: Some(timestamp(expires_ms)),
+        policy: Some(policy(effective)),
         usage: Some(proto::SessionUsage {
             bytes: s.usage_bytes,
             payloads: s.usage_payloads,
@@ -76,6 +147,12 @@ pub fn session(s: &SessionRecord, config: &Config) -> proto::Session {
         legal_hold: s.legal_hold,
         parent_session_id: s.parent.as_ref().map(|p| p.to_string()).unwrap_or_default(),
         share_with: s.share_with.clone(),
+        legal_hold_reason: s
+            .hold
+            .as_ref()
+            .map(|h| h.reason.clone())
+            .unwrap_or_default(),
+        legal_hold_by: s.hold.as_ref().map(|h| h.by.clone()).unwrap_or_default(),
     }
 }
 

@@ -16,6 +16,7 @@ pub mod codemode;
 pub mod context;
 mod convert;
 pub mod payloads;
+pub mod policies;
 pub mod sessions;
 
 use std::sync::Arc;
@@ -29,8 +30,9 @@ use crate::auth::{AuthError, Principal, TokenTable};
 use crate::config::Config;
 use crate::error::{ApiError, ApiResult};
 use crate::ids::SessionId;
+use crate::policy::{self, Policy};
 use crate::sandbox::Sandbox;
-use crate::store::records::{PayloadRecord, SessionRecord};
+use crate::store::records::{PayloadRecord, PolicyOverrides, SessionRecord};
 use crate::store::{Store, StoreError};
 
 /// What every service shares.
@@ -155,7 +157,8 @@ impl AppState {
             }
             other => other?,
         };
-        check_session(principal, rpc, &session, "session", raw_id)?;
+        self.check_session(principal, rpc, &session, "session", raw_id)
+            .await?;
         Ok(session)
     }
 
@@ -203,9 +206,58 @@ impl AppState {
             Err(e) => return Err((e, String::new())),
             Ok(found) => found,
         };
-        check_session(principal, rpc, &session, "payload", raw_id)
+        self.check_session(principal, rpc, &session, "payload", raw_id)
+            .await
             .map_err(|e| (e, session.id.to_string()))?;
         Ok((session, payload))
+    }
+
+    /// The server default policy.
+    pub fn server_policy(&self) -> Policy {
+        Policy::server_default(&self.config)
+    }
+
+    /// A tenant's policy as set (empty when none was).
+    pub async fn tenant_policy(&self, tenant: &str) -> ApiResult<PolicyOverrides> {
+        let store = self.store.clone();
+        let tenant = tenant.to_owned();
+        let record = blocking(move || store.tenant_policy(&tenant)).await?;
+        Ok(record.map(|r| r.policy).unwrap_or_default())
+    }
+
+    /// A session's effective policy, from the current tenant policy.
+    pub async fn effective_policy(&self, s: &SessionRecord) -> ApiResult<Policy> {
+        let tenant = self.tenant_policy(&s.tenant).await?;
+        Ok(policy::effective(&self.server_policy(), &tenant, &s.policy))
+    }
+
+    /// Checks access to a session; the effective policy is loaded only when
+    /// it can change the answer (a compliance principal reading content).
+    async fn check_session(
+        &self,
+        principal: &Principal,
+        rpc: Rpc,
+        s: &SessionRecord,
+        kind: &'static str,
+        id: &str,
+    ) -> ApiResult<()> {
+        let mut owner = ownership(s);
+        let mut answer = access::session_access(principal, rpc, owner);
+        if matches!(answer, Access::Denied(_))
+            && principal.has(crate::auth::Role::Compliance)
+            && rpc.rule().session == access::SessionUse::Content
+        {
+            owner.compliance_can_read = self.effective_policy(s).await?.compliance_can_read;
+            answer = access::session_access(principal, rpc, owner);
+        }
+        match answer {
+            Access::Allowed => Ok(()),
+            Access::Hidden => Err(ApiError::Hidden {
+                kind,
+                id: id.to_owned(),
+            }),
+            Access::Denied(why) => Err(ApiError::Denied(why)),
+        }
     }
 }
 
@@ -246,24 +298,8 @@ impl AppState {
     }
 }
 
-fn check_session(
-    principal: &Principal,
-    rpc: Rpc,
-    s: &SessionRecord,
-    kind: &'static str,
-    id: &str,
-) -> ApiResult<()> {
-    match access::session_access(principal, rpc, ownership(s)) {
-        Access::Allowed => Ok(()),
-        Access::Hidden => Err(ApiError::Hidden {
-            kind,
-            id: id.to_owned(),
-        }),
-        Access::Denied(why) => Err(ApiError::Denied(why)),
-    }
-}
-
-/// The access-relevant facts of a session.
+/// The access-relevant facts of a session, with `compliance_can_read` off
+/// (the API checks it against the effective policy where it matters).
 pub fn ownership(s: &SessionRecord) -> SessionOwnership<'_> {
     SessionOwnership {
         tenant: &s.tenant,

@@ -506,7 +506,8 @@ impl Payloads for PayloadsService {
     ) -> Result<Response<proto::ReadResponse>, Status> {
         let p = principal(&req)?;
         let r = req.into_inner();
-        let (_, payload) = self.state.payload_for(&p, Rpc::Read, &r.payload_id).await?;
+        let (session, payload) = self.state.payload_for(&p, Rpc::Read, &r.payload_id).await?;
+        let allow_download = self.state.effective_policy(&session).await?.allow_download;
         let limits = &self.state.config.limits;
         let max_bytes = match r.max_bytes {
             0 => limits.read_default_bytes,
@@ -532,7 +533,22 @@ impl Payloads for PayloadsService {
             .session(&payload.session_id)
             .payload(&payload.id)
             .sha256(payload.sha256.clone());
+        let (sid, pid) = (payload.session_id.to_string(), payload.id.to_string());
         let out = blocking(move || store.read(&payload, spec, max_bytes)).await?;
+        // Without allow_download, a Read may return at most a preview's worth
+        // (the contract's "byte Reads beyond the preview size"). Many small
+        // Reads can still page through a payload; each one is a separate,
+        // audited call.
+        let preview = self.state.config.offload.preview_size();
+        if !allow_download && out.data.len() > preview {
+            let denied = ApiError::Denied(format!(
+                "this session's policy has allow_download = false, so a Read may return at most {preview} bytes (the preview size) and this one would return {}; read a smaller range (max_bytes <= {preview}), or use Search, Inspect or Exec to narrow the payload down, or ask compliance to allow downloads",
+                out.data.len()
+            ));
+            self.state
+                .refusal::<()>(&p, Rpc::Read, Err(denied), &sid, &pid)
+                .await?;
+        }
         let event = event.detail(format!(
             "bytes={}-{} lines={}-{}",
             out.start_offset, out.end_offset, out.first_line, out.last_line
@@ -558,14 +574,15 @@ impl Payloads for PayloadsService {
         req: Request<proto::PayloadRequest>,
     ) -> Result<Response<Self::DownloadStream>, Status> {
         let p = principal(&req)?;
-        let (_, payload) = self
+        let (session, payload) = self
             .state
             .payload_for(&p, Rpc::Download, &req.get_ref().payload_id)
             .await?;
-        if !self.state.config.policy.allow_download {
-            let denied = ApiError::Denied(
-                "downloads are disabled by policy (allow_download = false); use Read for ranges, Search, or Inspect instead".into(),
-            );
+        if !self.state.effective_policy(&session).await?.allow_download {
+            let denied = ApiError::Denied(format!(
+                "downloads are disabled by this session's policy (allow_download = false); use Search, Inspect or Exec to narrow the payload down, Read for ranges up to {} bytes, or ask compliance to allow downloads",
+                self.state.config.offload.preview_size()
+            ));
             let (sid, pid) = (payload.session_id.as_str(), payload.id.as_str());
             self.state
                 .refusal::<()>(&p, Rpc::Download, Err(denied), sid, pid)

@@ -10,9 +10,10 @@ use crate::audit::{NewEvent, action};
 use crate::auth::access::{self, Rpc};
 use crate::error::ApiError;
 use crate::ids::SessionId;
+use crate::policy;
 use crate::proto::{self, sessions_server::Sessions};
 use crate::store::NewSession;
-use crate::store::records::SessionState;
+use crate::store::records::{PolicyOverrides, SessionState};
 
 /// Longest label, label key or value, and principal ID accepted.
 const MAX_LABEL: usize = 256;
@@ -69,19 +70,38 @@ impl Sessions for SessionsService {
         let parent = if r.parent_session_id.is_empty() {
             None
         } else {
-            let parent = self
-                .state
-                .session_for(&p, Rpc::GetSession, &r.parent_session_id)
-                .await?;
-            Some(parent.id)
+            Some(
+                self.state
+                    .session_for(&p, Rpc::GetSession, &r.parent_session_id)
+                    .await?,
+            )
         };
+        // Overrides may only tighten what the session would get without
+        // them: the tenant's policy, and a parent's overrides, which a
+        // sub-agent session inherits.
+        let overrides = match &r.policy {
+            Some(m) => convert::policy_level_from(m)?,
+            None => PolicyOverrides::default(),
+        };
+        policy::validate(&overrides, false)?;
+        let inherited = parent
+            .as_ref()
+            .map(|s| s.policy.clone())
+            .unwrap_or_default();
+        let tenant = self.state.tenant_policy(&p.tenant).await?;
+        let server = self.state.server_policy();
+        policy::check_overrides(&policy::effective(&server, &tenant, &inherited), &overrides)?;
+        let overrides = policy::combine(&inherited, &overrides);
+        let effective = policy::effective(&server, &tenant, &overrides);
         let new = NewSession {
             tenant: p.tenant.clone(),
             owner: p.id.clone(),
             label: r.label,
             labels: r.labels.into_iter().collect::<BTreeMap<_, _>>(),
-            parent,
+            parent: parent.map(|s| s.id),
             share_with: r.share_with,
+            policy: overrides,
+            ttl: Some(effective.session_ttl),
         };
         let store = self.state.store.clone();
         let s = blocking(move || store.create_session(new)).await?;
@@ -101,7 +121,7 @@ impl Sessions for SessionsService {
             )
             .await?;
         tracing::info!(session_id = %s.id, principal = %p.id, "session created");
-        Ok(Response::new(convert::session(&s, &self.state.config)))
+        Ok(Response::new(convert::session(&s, &effective)))
     }
 
     #[instrument(name = "sessions.get", skip_all, err(level = "info"))]
@@ -114,7 +134,8 @@ impl Sessions for SessionsService {
             .state
             .session_for(&p, Rpc::GetSession, &req.get_ref().session_id)
             .await?;
-        Ok(Response::new(convert::session(&s, &self.state.config)))
+        let effective = self.state.effective_policy(&s).await?;
+        Ok(Response::new(convert::session(&s, &effective)))
     }
 
     #[instrument(name = "sessions.list", skip_all, err(level = "info"))]
@@ -151,11 +172,14 @@ impl Sessions for SessionsService {
             })
         })
         .await?;
+        // Every session listed is of the caller's tenant.
+        let tenant = self.state.tenant_policy(&p.tenant).await?;
+        let server = self.state.server_policy();
         Ok(Response::new(proto::ListSessionsResponse {
             sessions: page
                 .items
                 .iter()
-                .map(|s| convert::session(s, &self.state.config))
+                .map(|s| convert::session(s, &policy::effective(&server, &tenant, &s.policy)))
                 .collect(),
             next_page_token: page.next_token,
         }))
@@ -177,7 +201,8 @@ impl Sessions for SessionsService {
             .audit(&p, NewEvent::new(action::SESSION_CLOSE).session(&s.id))
             .await?;
         tracing::info!(session_id = %s.id, principal = %p.id, "session closed");
-        Ok(Response::new(convert::session(&s, &self.state.config)))
+        let effective = self.state.effective_policy(&s).await?;
+        Ok(Response::new(convert::session(&s, &effective)))
     }
 
     #[instrument(name = "sessions.delete", skip_all, err(level = "info"))]

@@ -55,6 +55,12 @@ pub enum Rpc {
     VerifyAudit,
     /// Audit/ExportAudit.
     ExportAudit,
+    /// Policies/GetPolicy.
+    GetPolicy,
+    /// Policies/SetPolicy.
+    SetPolicy,
+    /// Policies/SetLegalHold.
+    SetLegalHold,
 }
 
 /// What a call does to its target session.
@@ -113,6 +119,11 @@ pub const TABLE: &[Rule] = &[
     rule(Rpc::QueryAudit, "spillway.v1.Audit/QueryAudit", &[Auditor, Compliance, Admin], U::None),
     rule(Rpc::VerifyAudit, "spillway.v1.Audit/VerifyAudit", &[Auditor, Compliance, Admin], U::None),
     rule(Rpc::ExportAudit, "spillway.v1.Audit/ExportAudit", &[Auditor, Compliance, Admin], U::None),
+    // By tenant: admin, compliance and auditors of that tenant; by session:
+    // whoever may see the session's metadata (agents: their own and shared).
+    rule(Rpc::GetPolicy, "spillway.v1.Policies/GetPolicy", &[Agent, Admin, Compliance, Auditor], U::Metadata),
+    rule(Rpc::SetPolicy, "spillway.v1.Policies/SetPolicy", &[Admin, Compliance], U::None),
+    rule(Rpc::SetLegalHold, "spillway.v1.Policies/SetLegalHold", &[Admin, Compliance], U::Manage),
 ];
 
 const fn rule(rpc: Rpc, method: &'static str, roles: &'static [Role], session: SessionUse) -> Rule {
@@ -322,6 +333,36 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn policies_and_holds_are_set_by_admin_and_compliance_only() {
+        let admin = p("ada", "acme", &[Admin]);
+        let carol = p("carol", "acme", &[Compliance]);
+        let alice = p("alice", "acme", &[Agent]);
+        let audrey = p("audrey", "acme", &[Auditor]);
+        for rpc in [Rpc::SetPolicy, Rpc::SetLegalHold] {
+            assert!(authorize(&admin, rpc).is_ok());
+            assert!(authorize(&carol, rpc).is_ok());
+            assert!(authorize(&alice, rpc).is_err());
+            assert!(authorize(&audrey, rpc).is_err());
+        }
+        assert_eq!(
+            session_access(&carol, Rpc::SetLegalHold, owned(&[])),
+            Access::Allowed
+        );
+        for who in [&admin, &carol, &alice, &audrey] {
+            assert!(authorize(who, Rpc::GetPolicy).is_ok(), "{}", who.id);
+        }
+        // By session, GetPolicy needs what GetSession needs.
+        assert_eq!(
+            session_access(&alice, Rpc::GetPolicy, owned(&[])),
+            Access::Allowed
+        );
+        assert_eq!(
+            session_access(&p("bob", "acme", &[Agent]), Rpc::GetPolicy, owned(&[])),
+            Access::Hidden
+        );
     }
 
     #[test]

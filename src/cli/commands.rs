@@ -15,7 +15,7 @@ use super::{AuditCommand, Cli, Command, ContextCommand, HistoryFormat, SessionCo
 use crate::proto::{
     self, audit_client::AuditClient, code_mode_client::CodeModeClient,
     context_client::ContextClient, payloads_client::PayloadsClient,
-    sessions_client::SessionsClient,
+    policies_client::PoliciesClient, sessions_client::SessionsClient,
 };
 
 /// Bytes per upload chunk: well under the server's 4 MiB message limit.
@@ -29,6 +29,7 @@ struct Clients {
     context: ContextClient<Svc>,
     codemode: CodeModeClient<Svc>,
     audit: AuditClient<Svc>,
+    policies: PoliciesClient<Svc>,
 }
 
 /// Runs a client subcommand against the server.
@@ -54,6 +55,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
     let (channel, bearer) = connect(&settings).await?;
     let mut c = Clients {
         sessions: SessionsClient::with_interceptor(channel.clone(), bearer.clone()),
+        policies: PoliciesClient::with_interceptor(channel.clone(), bearer.clone()),
         context: ContextClient::with_interceptor(channel.clone(), bearer.clone())
             .max_decoding_message_size(256 << 20)
             .max_encoding_message_size(256 << 20),
@@ -70,6 +72,30 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(_) => unreachable!("serve is handled by main"),
         Command::Audit(cmd) => audit(&mut c, cmd, json).await,
         Command::Session(cmd) => session(&mut c, cmd, json).await,
+        Command::Policy(super::PolicyCommand::Get { tenant, session }) => {
+            let p = c
+                .policies
+                .get_policy(super::policy::get_request(tenant, session))
+                .await?
+                .into_inner();
+            output::show(json, &p, super::policy::show)
+        }
+        Command::Policy(super::PolicyCommand::Set(args)) => {
+            let p = c
+                .policies
+                .set_policy(super::policy::set_request(args)?)
+                .await?
+                .into_inner();
+            output::show(json, &p, super::policy::show)
+        }
+        Command::Hold(args) => {
+            let s = c
+                .policies
+                .set_legal_hold(super::policy::hold_request(args))
+                .await?
+                .into_inner();
+            output::show(json, &s, output::session)
+        }
         Command::Context(cmd) => context(&mut c, cmd, json).await,
         Command::Upload {
             session,

@@ -5,6 +5,7 @@
 mod client;
 mod commands;
 mod output;
+mod policy;
 
 use std::path::PathBuf;
 
@@ -12,6 +13,7 @@ use clap::{Args, Parser, Subcommand};
 
 pub use client::{ClientSettings, connect};
 pub use commands::run_client;
+pub use policy::{HoldArgs, HoldState, PolicyCommand, SetArgs};
 
 /// The parsed command line.
 #[derive(Debug, Parser)]
@@ -150,6 +152,11 @@ pub enum Command {
     },
     /// List the code-mode runtimes and their default limits.
     Runtimes,
+    /// Tenant policies and sessions' effective policies.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+    /// Place or lift a legal hold on a session.
+    Hold(HoldArgs),
     /// Audit tools.
     #[command(subcommand)]
     Audit(AuditCommand),

@@ -60,6 +60,12 @@ pub fn session(s: &proto::Session) {
     if !s.share_with.is_empty() {
         println!("  shared with {}", s.share_with.join(", "));
     }
+    if s.legal_hold {
+        println!(
+            "  legal hold by {}: {:?}",
+            s.legal_hold_by, s.legal_hold_reason
+        );
+    }
 }
 
 /// A session, one line.

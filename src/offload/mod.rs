@@ -61,6 +61,17 @@ impl Default for OffloadConfig {
 }
 
 impl OffloadConfig {
+    /// The configured preview size in chars (the style's default when
+    /// `preview_chars` is 0). Without `allow_download`, a Read may return at
+    /// most this many bytes.
+    pub fn preview_size(&self) -> usize {
+        if self.preview_chars > 0 {
+            self.preview_chars
+        } else {
+            self.preview_style.default_chars()
+        }
+    }
+
     /// Checks the thresholds against each other.
     pub fn validate(&self) -> Result<(), String> {
         if self.per_call_tokens == 0 || self.aggregate_tokens == 0 {

@@ -46,6 +46,15 @@ impl ExecLimits {
         fuel: 1_000_000_000_000_000,
     };
 
+    /// Every field zero: in a request, all defaults; in a policy level, no
+    /// ceiling of its own.
+    pub const ZERO: ExecLimits = ExecLimits {
+        timeout_ms: 0,
+        memory_bytes: 0,
+        max_stdout_bytes: 0,
+        fuel: 0,
+    };
+
     /// The timeout as a duration.
     pub fn timeout(&self) -> Duration {
         Duration::from_millis(self.timeout_ms)

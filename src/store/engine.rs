@@ -35,11 +35,13 @@ pub enum Tree {
     /// `tenant \0 seq(be u64)` → audit event; each tenant's hash chain in
     /// order. Its heads live in [`Tree::Meta`] (see `crate::audit::log`).
     Audit,
+    /// `tenant` → the tenant's policy as set.
+    TenantPolicies,
 }
 
 impl Tree {
     /// Every tree, in a fixed order.
-    pub const ALL: [Tree; 12] = [
+    pub const ALL: [Tree; 13] = [
         Tree::Meta,
         Tree::Sessions,
         Tree::TenantSessions,
@@ -52,6 +54,7 @@ impl Tree {
         Tree::ContentIndex,
         Tree::DeletedTargets,
         Tree::Audit,
+        Tree::TenantPolicies,
     ];
 
     /// The tree's name inside the engine.
@@ -69,6 +72,7 @@ impl Tree {
             Tree::ContentIndex => "content_index.v1",
             Tree::DeletedTargets => "deleted_targets.v1",
             Tree::Audit => "audit.v1",
+            Tree::TenantPolicies => "tenant_policies.v1",
         }
     }
 
@@ -253,6 +257,19 @@ pub(crate) fn conformance(engine: &dyn Engine) {
     );
     engine.delete(Tree::Sessions, b"a").unwrap();
     assert_eq!(engine.get(Tree::Sessions, b"a").unwrap(), None);
+    // Every tree is there and holds its own keys.
+    for tree in Tree::ALL {
+        engine.put(tree, b"every", tree.name().as_bytes()).unwrap();
+    }
+    for tree in Tree::ALL {
+        assert_eq!(
+            engine.get(tree, b"every").unwrap().as_deref(),
+            Some(tree.name().as_bytes()),
+            "{}",
+            tree.name()
+        );
+        engine.delete(tree, b"every").unwrap();
+    }
 
     // A batch spans trees, and a later write to a key wins.
     let mut b = Batch::new();

@@ -41,7 +41,10 @@ use content::ContentScanner;
 use engine::{Batch, Engine, EngineError, Tree};
 use lines::LineIndex;
 use read::{Extent, ReadError, ReadOut, ReadSpec};
-use records::{PayloadRecord, ReceiptRecord, RecordError, SessionRecord, SessionState, keys};
+use records::{
+    LegalHold, PayloadRecord, PolicyOverrides, ReceiptRecord, RecordError, SessionRecord,
+    SessionState, TenantPolicyRecord, keys,
+};
 
 pub use reconcile::ReconcileReport;
 
@@ -59,6 +62,18 @@ pub enum StoreError {
     /// The session no longer accepts writes.
     #[error("session {0} is closed and read-only; create a new session to store more payloads")]
     SessionClosed(SessionId),
+    /// A legal hold forbids deleting the session's data.
+    #[error(
+        "session {session} is under legal hold (placed by {by}: {reason:?}); nothing of it can be deleted until compliance or an admin lifts the hold (SetLegalHold hold=false)"
+    )]
+    LegalHold {
+        /// The held session.
+        session: SessionId,
+        /// Who placed the hold.
+        by: String,
+        /// Why.
+        reason: String,
+    },
     /// A malformed request.
     #[error("{0}")]
     Invalid(String),
@@ -158,6 +173,10 @@ pub struct NewSession {
     pub parent: Option<SessionId>,
     /// Principals to share with.
     pub share_with: Vec<String>,
+    /// The session's policy overrides.
+    pub policy: PolicyOverrides,
+    /// Its TTL, when shorter than the store's default.
+    pub ttl: Option<Duration>,
 }
 
 /// What an upload says about itself.
@@ -200,6 +219,8 @@ pub struct Store {
     stripes: Vec<Mutex<()>>,
     /// Signs deletion receipts.
     receipt_key: signing::ReceiptKey,
+    /// Serializes tenant-policy updates.
+    policy_lock: Mutex<()>,
     /// Inspect results by (session, content hash and type); dropped with the content.
     structures: Mutex<HashMap<(SessionId, String), Arc<Structure>>>,
     /// The audit log, in the same engine.
@@ -244,6 +265,7 @@ impl Store {
             stripes: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
             structures: Mutex::new(HashMap::new()),
             receipt_key: signing::ReceiptKey::load_or_create(data_dir)?,
+            policy_lock: Mutex::new(()),
         };
         let report = reconcile::reconcile(&store)?;
         Ok((store, report))
@@ -291,9 +313,15 @@ impl Store {
             state: SessionState::Open,
             created_ms: now,
             closed_ms: None,
-            expires_ms: clock::add(now, self.settings.session_ttl),
-            policy: Default::default(),
+            expires_ms: clock::add(
+                now,
+                new.ttl.map_or(self.settings.session_ttl, |t| {
+                    t.min(self.settings.session_ttl)
+                }),
+            ),
+            policy: new.policy,
             legal_hold: false,
+            hold: None,
             parent: new.parent,
             share_with: new.share_with,
             usage_bytes: 0,
@@ -402,6 +430,7 @@ impl Store {
     ) -> Result<ReceiptRecord> {
         let _guard = self.lock(id);
         let s = self.session(id)?;
+        check_hold(&s)?;
         let mut b = Batch::new();
         let mut receipt = self.new_receipt(id.as_str(), requested_by, &s, reason);
         let mut after: Option<Vec<u8>> = None;
@@ -455,6 +484,64 @@ impl Store {
             tracing::warn!(session_id = %id, error = %e, "session directory removal failed; reconciliation will retry");
         }
         Ok(receipt)
+    }
+
+    /// Places (`Some`) or lifts (`None`) a legal hold on a session.
+    pub fn set_legal_hold(&self, id: &SessionId, hold: Option<LegalHold>) -> Result<SessionRecord> {
+        let _guard = self.lock(id);
+        let mut s = self.session(id)?;
+        s.legal_hold = hold.is_some();
+        s.hold = hold;
+        self.engine
+            .put(Tree::Sessions, id.as_str().as_bytes(), &records::encode(&s))?;
+        Ok(s)
+    }
+
+    // ---- tenant policies ------------------------------------------------
+
+    /// A tenant's policy as set, if one was.
+    pub fn tenant_policy(&self, tenant: &str) -> Result<Option<TenantPolicyRecord>> {
+        match self.engine.get(Tree::TenantPolicies, tenant.as_bytes())? {
+            Some(raw) => Ok(Some(records::decode(&raw)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Replaces a tenant's policy with what `update` makes of the current
+    /// one. Updates of policies are serialized, so a check in `update` (a
+    /// locked policy may only tighten) holds against the stored policy.
+    pub fn update_tenant_policy<E: From<StoreError>>(
+        &self,
+        tenant: &str,
+        update: impl FnOnce(Option<&TenantPolicyRecord>) -> Result<TenantPolicyRecord, E>,
+    ) -> Result<TenantPolicyRecord, E> {
+        let _guard = self.policy_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let current = self.tenant_policy(tenant)?;
+        let record = update(current.as_ref())?;
+        debug_assert_eq!(record.tenant, tenant);
+        self.engine
+            .put(
+                Tree::TenantPolicies,
+                tenant.as_bytes(),
+                &records::encode(&record),
+            )
+            .map_err(StoreError::from)?;
+        Ok(record)
+    }
+
+    /// The payload retention of a session: the shortest of the server
+    /// default, the tenant's current policy and the session's overrides
+    /// (the retention field of [`crate::policy::effective`]).
+    fn retention_of(&self, s: &SessionRecord) -> Result<Duration> {
+        let tenant = self.tenant_policy(&s.tenant)?;
+        Ok([
+            tenant.and_then(|t| t.policy.retention_ms),
+            s.policy.retention_ms,
+        ]
+        .into_iter()
+        .flatten()
+        .map(Duration::from_millis)
+        .fold(self.settings.retention, Duration::min))
     }
 
     // ---- payloads -------------------------------------------------------
@@ -640,6 +727,7 @@ impl Store {
         // Re-read under the lock: a concurrent delete may have won.
         let p = self.payload(id)?;
         let mut s = self.session(&p.session_id)?;
+        check_hold(&s)?;
         let mut b = Batch::new();
         self.forget_payload(&mut b, &p);
         if !self.has_other_copy(&p)? {
@@ -891,7 +979,7 @@ impl PendingUpload<'_> {
             tool_call_id: std::mem::take(&mut self.meta.tool_call_id),
             is_error: self.meta.is_error,
             created_ms: now,
-            expires_ms: clock::add(now, store.settings.retention).min(s.expires_ms),
+            expires_ms: clock::add(now, store.retention_of(&s)?).min(s.expires_ms),
             derived_from: std::mem::take(&mut self.meta.derived_from),
             utf8: facts.utf8,
             missing: false,
@@ -953,6 +1041,23 @@ impl PendingUpload<'_> {
         }
         Ok(record)
     }
+}
+
+/// Refuses to delete anything of a held session.
+fn check_hold(s: &SessionRecord) -> Result<()> {
+    if !s.legal_hold {
+        return Ok(());
+    }
+    let (by, reason) = s
+        .hold
+        .as_ref()
+        .map(|h| (h.by.clone(), h.reason.clone()))
+        .unwrap_or_default();
+    Err(StoreError::LegalHold {
+        session: s.id.clone(),
+        by,
+        reason,
+    })
 }
 
 fn check_schema(engine: &dyn Engine) -> Result<()> {

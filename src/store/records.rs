@@ -57,8 +57,10 @@ pub enum SessionState {
     Closed,
 }
 
-/// Per-session policy overrides, as asked for at creation. Absent values
-/// defer to the tenant and server policy.
+/// One level of policy: a tenant's policy as set, or a session's overrides
+/// as asked for at creation. Absent values (and zero quotas or exec-ceiling
+/// fields) defer to the other levels; [`crate::policy`] merges the levels
+/// into the effective policy.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(default)]
 pub struct PolicyOverrides {
@@ -72,6 +74,51 @@ pub struct PolicyOverrides {
     pub max_payload_bytes: Option<u64>,
     /// Payload count quota.
     pub max_payloads: Option<u64>,
+    /// Delete the session's payloads when it is closed.
+    pub delete_on_close: Option<bool>,
+    /// Whether raw bytes may be downloaded.
+    pub allow_download: Option<bool>,
+    /// Whether scripts may run.
+    pub allow_exec: Option<bool>,
+    /// Whether compliance principals may read content.
+    pub compliance_can_read: Option<bool>,
+    /// Exec ceiling; a zero field sets no ceiling at this level.
+    pub exec_ceiling: Option<crate::sandbox::limits::ExecLimits>,
+    /// Redaction rules, added to the other levels' rules.
+    pub redact: Vec<String>,
+    /// A locked tenant policy can only be tightened (tenant level only).
+    pub locked: bool,
+}
+
+/// A tenant's policy, as SetPolicy stored it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantPolicyRecord {
+    /// The tenant.
+    pub tenant: String,
+    /// The policy as set.
+    #[serde(default)]
+    pub policy: PolicyOverrides,
+    /// When it was last set.
+    #[serde(default)]
+    pub updated_ms: Millis,
+    /// Who last set it.
+    #[serde(default)]
+    pub updated_by: String,
+}
+
+/// A legal hold on a session: while it stands, nothing of the session is
+/// deleted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LegalHold {
+    /// Why.
+    #[serde(default)]
+    pub reason: String,
+    /// Who placed it.
+    #[serde(default)]
+    pub by: String,
+    /// When.
+    #[serde(default)]
+    pub since_ms: Millis,
 }
 
 /// A session.
@@ -105,6 +152,9 @@ pub struct SessionRecord {
     /// Legal hold.
     #[serde(default)]
     pub legal_hold: bool,
+    /// Who placed the hold, when and why; set while `legal_hold` is.
+    #[serde(default)]
+    pub hold: Option<LegalHold>,
     /// Parent session of a sub-agent session.
     #[serde(default)]
     pub parent: Option<SessionId>,

@@ -10,4 +10,5 @@ mod crash;
 mod inspect;
 mod offload;
 mod payloads;
+mod policies;
 mod sessions;
