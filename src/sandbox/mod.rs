@@ -327,15 +327,19 @@ impl Sandbox {
     /// Compiles (or loads from the cache) every image in the background, so
     /// the first exec of each does not pay for it.
     pub fn warm_up(self: &Arc<Self>) {
-        for image in self.images.values() {
-            let this = self.clone();
-            let image = image.clone();
-            self.handle().spawn(async move {
-                if let Err(e) = this.prepared_image(&image, false).await {
-                    tracing::warn!(runtime = %image.manifest.runtime, error = %e, "image warm-up failed");
+        let this = self.clone();
+        self.handle().spawn(async move {
+            let mut ready = 0;
+            for image in this.images.values() {
+                match this.prepared_image(image, false).await {
+                    Ok(_) => ready += 1,
+                    Err(e) => {
+                        tracing::warn!(runtime = %image.manifest.runtime, error = %e, "image warm-up failed");
+                    }
                 }
-            });
-        }
+            }
+            tracing::info!(ready, images = this.images.len(), "code mode images ready");
+        });
     }
 
     /// The runtimes on offer.

@@ -399,6 +399,21 @@ impl ProcessServer {
         }
     }
 
+    /// Waits until the server's log has `needle`.
+    pub fn wait_for_log(&self, needle: &str, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            if std::fs::read_to_string(&self.log).is_ok_and(|l| l.contains(needle)) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the server never logged {needle:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     pub fn kill9(&mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();

@@ -202,6 +202,9 @@ async fn a_1_gib_upload_grows_server_rss_by_less_than_64_mib() {
         dir.path().join("server.log"),
     )
     .await;
+    // Code mode loads its compiled images in the background at startup;
+    // measure the upload, not that.
+    server.wait_for_log("code mode images ready", Duration::from_secs(300));
     let session = server
         .sessions(ALICE)
         .await
@@ -300,6 +303,7 @@ async fn inspecting_a_1_gib_ndjson_keeps_server_rss_bounded() {
         .into_inner();
     assert!(stored.size_bytes > 1000 << 20, "{}", stored.size_bytes);
 
+    server.wait_for_log("code mode images ready", Duration::from_secs(300));
     let baseline = server.rss_bytes();
     let sampler = RssSampler::start(server.child.id());
     let st = server
