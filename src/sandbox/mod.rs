@@ -342,6 +342,20 @@ impl Sandbox {
         });
     }
 
+    /// Compiles (or loads from the cache) every image now, and waits: for
+    /// tools and tests that want a warm compile cache before they start.
+    pub async fn prepare_all(self: &Arc<Self>) -> Result<(), SandboxError> {
+        let this = self.clone();
+        let task = self.handle().spawn(async move {
+            for image in this.images.values() {
+                this.prepared_image(image, false).await?;
+            }
+            Ok(())
+        });
+        task.await
+            .map_err(|e| SandboxError::Setup(format!("image preparation failed: {e}")))?
+    }
+
     /// The runtimes on offer.
     pub fn runtimes(&self) -> Vec<RuntimeInfo> {
         let mut out: Vec<RuntimeInfo> = self

@@ -132,6 +132,32 @@ pub fn compile_cache() -> PathBuf {
     images_dir().join("build").join("compile-cache")
 }
 
+/// Fills the shared compile cache once per test process, before the first
+/// server starts: otherwise every server of the first tests compiles the
+/// 25 MB Python image at the same time, and timing tests measure that.
+pub async fn warm_compile_cache() {
+    static WARM: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    WARM.get_or_init(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = spillway::sandbox::SandboxConfig {
+            images_dir: images_dir(),
+            cache_dir: Some(compile_cache()),
+            ..Default::default()
+        };
+        let sandbox = std::sync::Arc::new(
+            spillway::sandbox::Sandbox::open(
+                cfg,
+                dir.path(),
+                spillway::sandbox::limits::ExecLimits::CEILING,
+            )
+            .unwrap(),
+        );
+        // Missing images are reported by the tests that need them.
+        let _ = sandbox.prepare_all().await;
+    })
+    .await;
+}
+
 /// The probe guest (`guest/probe`), as module bytes.
 pub fn probe_module() -> Vec<u8> {
     let path = images_dir().join("probe.wasm");
@@ -169,6 +195,7 @@ impl TestServer {
     }
 
     pub async fn start_with(adjust: impl FnOnce(&mut Config)) -> Self {
+        warm_compile_cache().await;
         let dir = tempfile::tempdir().unwrap();
         let mut config = Config {
             data_dir: dir.path().join("data"),
@@ -364,9 +391,12 @@ pub fn write_config(dir: &Path) -> PathBuf {
 impl ProcessServer {
     /// Starts `spillway serve` and waits until it accepts connections.
     pub async fn start(config: Option<&Path>, data_dir: &Path, log: PathBuf) -> Self {
+        warm_compile_cache().await;
         let port = free_port();
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let mut cmd = command();
+        // Every server of a test run shares the warm compile cache.
+        cmd.env("SPILLWAY_SANDBOX__CACHE_DIR", compile_cache());
         cmd.arg("serve")
             .arg("--listen")
             .arg(addr.to_string())
