@@ -205,7 +205,6 @@ impl CodeModeService {
             stderr = rest.trim_start_matches('\n').to_owned();
         }
         let stdout_bytes = out.stdout.len() as u64;
-        let stdout_text = String::from_utf8_lossy(&out.stdout).into_owned();
         if std::str::from_utf8(&out.stdout).is_err() {
             message.push_str("; stdout was not valid UTF-8, and invalid bytes are shown as U+FFFD");
         }
@@ -240,7 +239,8 @@ impl CodeModeService {
         };
         let (mut stdout, stdout_payload) = match offloaded {
             Some(o) if o.payload.is_some() => (o.content, o.payload.as_ref().map(convert::payload)),
-            _ => (stdout_text, None),
+            // Only inline stdout is copied into a string.
+            _ => (String::from_utf8_lossy(&out.stdout).into_owned(), None),
         };
         // A closed session cannot take the offloaded copy: return what fits
         // in a reply, and say so.

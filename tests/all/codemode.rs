@@ -797,3 +797,35 @@ async fn a_cancelled_exec_stops_its_script_and_frees_its_slot() {
         started.elapsed()
     );
 }
+
+#[tokio::test]
+async fn oversized_scripts_and_stderr_floods_hit_their_named_limits() {
+    let server = TestServer::start_with(|c| c.sandbox.max_stderr_bytes = 64 << 10).await;
+    let (sid, _) = session_with(&server, "d.json", b"[1]").await;
+    let mut c = server.codemode(ALICE).await;
+    let huge = format!("# {}\npass", "x".repeat(2 << 20));
+    let err = c.exec(exec(&sid, "python", &huge)).await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    assert!(
+        err.message().contains("sandbox.max_source_bytes"),
+        "{}",
+        err.message()
+    );
+
+    let r = c
+        .exec(exec(
+            &sid,
+            "python",
+            "import sys\nwhile True:\n    sys.stderr.write('e' * 8191)",
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(status(&r), ExecStatus::OutputLimit, "{}", r.message);
+    assert!(
+        r.message.starts_with("stderr passed its limit of 64 KiB"),
+        "{}",
+        r.message
+    );
+    assert_eq!(r.usage.unwrap().stderr_bytes, 64 << 10);
+}
