@@ -10,7 +10,8 @@
 //! joining sections with a double underscore: `SPILLWAY_LISTEN`,
 //! `SPILLWAY_DATA_DIR`, `SPILLWAY_STORE__ENGINE`,
 //! `SPILLWAY_LIMITS__MAX_PAYLOAD_BYTES`. The client's own variables
-//! (`SPILLWAY_ADDR`, `SPILLWAY_TOKEN`) and `SPILLWAY_CONFIG` are not keys.
+//! (`SPILLWAY_ADDR`, `SPILLWAY_TOKEN`), `SPILLWAY_CONFIG` and the crash-test
+//! point `SPILLWAY_CRASH_AT` ([`crate::faults`]) are not keys.
 //! The loader takes the environment as an argument, so tests never touch the
 //! process environment.
 
@@ -27,7 +28,12 @@ use crate::auth::Role;
 pub const CONFIG_VERSION: u32 = 1;
 
 /// Environment variables that start with `SPILLWAY_` but are not config keys.
-const NON_KEY_ENV: &[&str] = &["SPILLWAY_ADDR", "SPILLWAY_TOKEN", "SPILLWAY_CONFIG"];
+const NON_KEY_ENV: &[&str] = &[
+    "SPILLWAY_ADDR",
+    "SPILLWAY_TOKEN",
+    "SPILLWAY_CONFIG",
+    crate::faults::ENV,
+];
 
 /// Everything `spillway serve` can be told.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -52,6 +58,8 @@ pub struct Config {
     pub offload: crate::offload::OffloadConfig,
     /// Code mode: images, concurrency and per-exec caps.
     pub sandbox: crate::sandbox::SandboxConfig,
+    /// The background deletion of what has expired.
+    pub reaper: crate::reaper::ReaperConfig,
     /// How long shutdown waits for in-flight calls before giving up on them.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
@@ -69,6 +77,7 @@ impl Default for Config {
             policy: PolicyDefaults::default(),
             offload: crate::offload::OffloadConfig::default(),
             sandbox: crate::sandbox::SandboxConfig::default(),
+            reaper: crate::reaper::ReaperConfig::default(),
             shutdown_grace: Duration::from_secs(30),
         }
     }

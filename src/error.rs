@@ -130,7 +130,9 @@ fn store_code(s: &StoreError) -> Code {
         StoreError::SessionClosed(_) | StoreError::LegalHold { .. } => Code::FailedPrecondition,
         StoreError::Invalid(_) | StoreError::ChecksumMismatch { .. } => Code::InvalidArgument,
         StoreError::OutOfRange(_) => Code::OutOfRange,
-        StoreError::TooLarge { .. } | StoreError::DiskFull => Code::ResourceExhausted,
+        StoreError::TooLarge { .. } | StoreError::QuotaExceeded { .. } | StoreError::DiskFull => {
+            Code::ResourceExhausted
+        }
         StoreError::DataLoss(_) => Code::DataLoss,
         StoreError::Engine(_) | StoreError::Corrupt(_) | StoreError::Io(_) => Code::Internal,
     }

@@ -11,6 +11,9 @@
 //! - [`error`]: every layer's error mapped to a `tonic::Status`, in one place.
 //! - [`ids`]: typed, unguessable IDs (`ses_`, `pl_`, `rcpt_`).
 //! - [`clock`]: the time source, replaceable in tests.
+//! - [`faults`]: named crash points for crash tests of the real binary.
+//! - [`reaper`]: the background task that deletes what has expired, paced,
+//!   driven by the expiry index.
 //! - [`auth`]: bearer tokens to principals, and the access table.
 //! - [`store`]: metadata trees over one engine interface (redb, sled) and
 //!   the cap-std payload directories; crash-safe writes, reconciliation,
@@ -41,10 +44,12 @@ pub mod clock;
 pub mod config;
 pub mod context;
 pub mod error;
+pub mod faults;
 pub mod ids;
 pub mod inspect;
 pub mod offload;
 pub mod policy;
+pub mod reaper;
 pub mod redact;
 pub mod sandbox;
 pub mod server;

@@ -114,6 +114,7 @@ pub async fn run_with_clock(
     tracing::info!(
         engine = store.engine_name(),
         repaired = !report.is_clean(),
+        deletions_finished = report.deletions_finished,
         "store open"
     );
 
@@ -127,8 +128,9 @@ pub async fn run_with_clock(
     };
     sandbox.warm_up();
 
+    let (reaper, _reaper_guard) = crate::reaper::spawn(store.clone(), config.reaper.clone());
     let config = Arc::new(config);
-    let state = AppState::new(store.clone(), config.clone(), sandbox);
+    let state = AppState::new(store.clone(), config.clone(), sandbox, reaper);
     let auth = Authenticator::new(Arc::new(tokens));
     let limits = &config.limits;
 

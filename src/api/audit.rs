@@ -9,10 +9,10 @@ use tracing::instrument;
 
 use super::{AppState, blocking, page_size, principal};
 use crate::audit::{AuditEvent, Filter, NewEvent, action};
-use crate::auth::access::Rpc;
+use crate::auth::access::{self, Access, Rpc, SessionOwnership};
 use crate::clock::Millis;
 use crate::error::ApiError;
-use crate::ids::{PayloadId, SessionId};
+use crate::ids::{PayloadId, ReceiptId, SessionId};
 use crate::proto::{self, audit_server::Audit};
 
 /// Events read per engine scan of an export.
@@ -21,6 +21,12 @@ const EXPORT_BATCH: usize = 256;
 const EXPORT_QUEUE: usize = 1024;
 /// Longest principal filter accepted.
 const MAX_PRINCIPAL: usize = 256;
+
+/// How GetReceipt finds a receipt.
+enum Lookup {
+    Receipt(ReceiptId),
+    Target(String),
+}
 
 /// The Audit service.
 #[derive(Debug, Clone)]
@@ -192,6 +198,83 @@ impl Audit for AuditService {
             head_seq: v.head_seq,
             head_hash: v.head_hash,
         }))
+    }
+
+    #[instrument(name = "audit.get_receipt", skip_all, err(level = "info"))]
+    async fn get_receipt(
+        &self,
+        req: Request<proto::GetReceiptRequest>,
+    ) -> Result<Response<proto::DeletionReceipt>, Status> {
+        let p = principal(&req)?;
+        self.state.authorize(&p, Rpc::GetReceipt).await?;
+        let r = req.into_inner();
+        let lookup = match (r.receipt_id.is_empty(), r.target_id.is_empty()) {
+            (false, true) => Lookup::Receipt(
+                ReceiptId::parse(&r.receipt_id)
+                    .map_err(|e| ApiError::BadRequest(format!("receipt_id: {e}")))?,
+            ),
+            (true, false) => {
+                if SessionId::parse(&r.target_id).is_err()
+                    && PayloadId::parse(&r.target_id).is_err()
+                {
+                    return Err(ApiError::BadRequest(format!(
+                        "target_id {:?} is neither a session ID (ses_…) nor a payload ID (pl_…)",
+                        r.target_id
+                    ))
+                    .into());
+                }
+                Lookup::Target(r.target_id)
+            }
+            _ => {
+                return Err(ApiError::BadRequest(
+                    "give exactly one of receipt_id (rcpt_…) and target_id (the deleted ses_… or pl_… ID)".into(),
+                )
+                .into());
+            }
+        };
+        let asked = match &lookup {
+            Lookup::Receipt(id) => id.to_string(),
+            Lookup::Target(t) => t.clone(),
+        };
+        let store = self.state.store.clone();
+        let found = blocking(move || match lookup {
+            Lookup::Receipt(id) => match store.receipt(&id) {
+                Ok(r) => Ok(Some(r)),
+                Err(crate::store::StoreError::NotFound { .. }) => Ok(None),
+                Err(e) => Err(e),
+            },
+            Lookup::Target(t) => store.deletion_receipt(&t),
+        })
+        .await?;
+        let visible = found.filter(|r| {
+            access::receipt_access(
+                &p,
+                SessionOwnership {
+                    tenant: &r.tenant,
+                    owner: &r.owner,
+                    share_with: &r.share_with,
+                    compliance_can_read: false,
+                },
+            ) == Access::Allowed
+        });
+        let checked = visible.ok_or_else(|| ApiError::Hidden {
+            kind: "receipt",
+            id: asked,
+        });
+        let receipt = self
+            .state
+            .refusal(&p, Rpc::GetReceipt, checked, "", "")
+            .await?;
+        self.state
+            .audit(
+                &p,
+                NewEvent::new(action::RECEIPT_GET).detail(format!(
+                    "receipt={} target={}",
+                    receipt.id, receipt.target_id
+                )),
+            )
+            .await?;
+        Ok(Response::new(super::convert::receipt(&receipt)))
     }
 
     type ExportAuditStream = ReceiverStream<Result<proto::AuditEvent, Status>>;

@@ -211,6 +211,7 @@ impl CodeModeService {
 
         // Large stdout goes through the offload rules, as a tool result of
         // its own, derived from the inputs.
+        let quota = AppState::quota(&self.state.effective_policy(session).await?);
         let store = self.state.store.clone();
         let config = self.state.config.clone();
         let sid = session.id.clone();
@@ -230,7 +231,7 @@ impl CodeModeService {
                     is_error: false,
                     derived_from: derived,
                 };
-                crate::offload::offload_turn(&store, &sid, vec![result], &settings, 1)
+                crate::offload::offload_turn(&store, &sid, vec![result], &settings, 1, quota)
             })
             .await?
             .pop()
@@ -271,9 +272,10 @@ impl CodeModeService {
             let store = self.state.store.clone();
             let sid = session.id.clone();
             let runtime = runtime.to_owned();
-            let kept =
-                blocking(move || keep_outputs_as_payloads(&store, &sid, &runtime, files, &inputs))
-                    .await?;
+            let kept = blocking(move || {
+                keep_outputs_as_payloads(&store, &sid, &runtime, files, &inputs, quota)
+            })
+            .await?;
             outputs = kept.iter().map(convert::payload).collect();
         } else if !files.is_empty() {
             let names: Vec<&str> = files.iter().map(|f| f.name.as_str()).collect();
@@ -464,6 +466,7 @@ fn keep_outputs_as_payloads(
     runtime: &str,
     files: Vec<crate::sandbox::workdir::OutFile>,
     inputs: &[PayloadId],
+    quota: crate::store::Quota,
 ) -> Result<Vec<PayloadRecord>, StoreError> {
     let mut kept = Vec::new();
     for mut f in files.into_iter().take(MAX_OUTPUTS) {
@@ -477,6 +480,8 @@ fn keep_outputs_as_payloads(
                 is_error: false,
                 expected_sha256: None,
                 derived_from: inputs.to_vec(),
+                archive_key: String::new(),
+                quota,
             },
         )?;
         let mut buf = vec![0u8; 1 << 16];

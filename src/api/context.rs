@@ -10,10 +10,11 @@ use crate::context::compact::{self, Archive, ArchiveInfo, CompactSettings};
 use crate::context::model::{self, Block, Message, Role};
 use crate::context::repair::{self, RepairReport};
 use crate::error::ApiError;
-use crate::ids::SessionId;
+use crate::ids::PayloadId;
 use crate::proto::{self, block, context_server::Context};
 use crate::store::read::ReadSpec;
-use crate::store::{Store, StoreError, UploadMeta};
+use crate::store::records::SessionRecord;
+use crate::store::{Quota, Store, StoreError, UploadMeta};
 
 /// Most messages in one history.
 const MAX_MESSAGES: usize = 100_000;
@@ -32,16 +33,57 @@ impl ContextService {
 }
 
 /// Archives originals as payloads of the session, found again by recall key.
+/// An archived result that names payloads (an offload notice does) is
+/// recorded as derived from them, so deleting a payload deletes its
+/// archived notices too.
 struct StoreArchive<'a> {
     store: &'a Store,
-    session: &'a SessionId,
+    session: &'a SessionRecord,
+    quota: Quota,
+}
+
+/// Payload IDs an archived result may name and be recorded as derived from.
+const MAX_ARCHIVE_REFERENCES: usize = 64;
+
+impl StoreArchive<'_> {
+    /// The payloads `content` names that this session or its parent holds.
+    fn referenced(&self, content: &str) -> Result<Vec<PayloadId>, StoreError> {
+        static ID: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+            regex::Regex::new(&format!("{}[0-9a-f]{{32}}", PayloadId::PREFIX))
+                .expect("a valid pattern")
+        });
+        let mut out: Vec<PayloadId> = Vec::new();
+        for m in ID.find_iter(content) {
+            let Ok(id) = PayloadId::parse(m.as_str()) else {
+                continue;
+            };
+            if out.contains(&id) {
+                continue;
+            }
+            let readable = match self.store.payload(&id) {
+                Ok(p) => {
+                    p.session_id == self.session.id
+                        || self.session.parent.as_ref() == Some(&p.session_id)
+                }
+                Err(StoreError::NotFound { .. }) => false,
+                Err(e) => return Err(e),
+            };
+            if readable {
+                out.push(id);
+                if out.len() == MAX_ARCHIVE_REFERENCES {
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
 }
 
 impl Archive for StoreArchive<'_> {
     type Error = StoreError;
 
     fn find(&mut self, key: &str) -> Result<Option<ArchiveInfo>, StoreError> {
-        let Some(p) = self.store.find_content(self.session, key)? else {
+        let Some(p) = self.store.find_content(&self.session.id, key)? else {
             return Ok(None);
         };
         let head = self.store.read(
@@ -66,12 +108,24 @@ impl Archive for StoreArchive<'_> {
         content: &str,
         tool_name: &str,
     ) -> Result<ArchiveInfo, StoreError> {
+        let mut derived_from = self.referenced(content)?;
+        // An archive of bytes stored as a payload is an archive of that
+        // payload, even when it does not name it.
+        let sha = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(content.as_bytes()));
+        if let Some(same) = self.store.find_content(&self.session.id, &sha)?
+            && !derived_from.contains(&same.id)
+        {
+            derived_from.push(same.id);
+        }
         let mut upload = self.store.begin_upload(
-            self.session,
+            &self.session.id,
             UploadMeta {
                 name: format!("ccr-{key}.txt"),
                 content_type: "text/plain; charset=utf-8".into(),
                 tool_name: tool_name.to_owned(),
+                derived_from,
+                archive_key: key.to_owned(),
+                quota: self.quota,
                 ..Default::default()
             },
         )?;
@@ -247,12 +301,14 @@ impl Context for ContextService {
         } else {
             r.current_turn
         };
+        let quota = AppState::quota(&self.state.effective_policy(&session).await?);
         let store = self.state.store.clone();
         let sid = session.id.clone();
         let (messages, repaired, report) = blocking(move || {
             let mut archive = StoreArchive {
                 store: &store,
-                session: &session.id,
+                session: &session,
+                quota,
             };
             compact::compact(messages, current_turn, &settings, &mut archive)
         })

@@ -46,17 +46,25 @@ pub struct AppState {
     pub upload_slots: Arc<Semaphore>,
     /// Code mode.
     pub sandbox: Arc<Sandbox>,
+    /// Wakes the reaper when a hold is lifted.
+    pub reaper: crate::reaper::ReaperHandle,
 }
 
 impl AppState {
     /// Builds the state.
-    pub fn new(store: Arc<Store>, config: Arc<Config>, sandbox: Arc<Sandbox>) -> Self {
+    pub fn new(
+        store: Arc<Store>,
+        config: Arc<Config>,
+        sandbox: Arc<Sandbox>,
+        reaper: crate::reaper::ReaperHandle,
+    ) -> Self {
         let upload_slots = Arc::new(Semaphore::new(config.limits.max_concurrent_uploads));
         Self {
             store,
             config,
             upload_slots,
             sandbox,
+            reaper,
         }
     }
 
@@ -223,6 +231,15 @@ impl AppState {
         let tenant = tenant.to_owned();
         let record = blocking(move || store.tenant_policy(&tenant)).await?;
         Ok(record.map(|r| r.policy).unwrap_or_default())
+    }
+
+    /// The quotas of a session's effective policy, for the store.
+    pub fn quota(policy: &Policy) -> crate::store::Quota {
+        crate::store::Quota {
+            max_session_bytes: policy.max_session_bytes,
+            max_payload_bytes: policy.max_payload_bytes,
+            max_payloads: policy.max_payloads,
+        }
     }
 
     /// A session's effective policy, from the current tenant policy.

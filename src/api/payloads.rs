@@ -68,6 +68,8 @@ fn header_meta(h: &proto::UploadHeader) -> Result<UploadMeta, ApiError> {
         is_error: h.is_error,
         expected_sha256: (!h.expected_sha256.is_empty()).then(|| h.expected_sha256.clone()),
         derived_from: Vec::new(),
+        archive_key: String::new(),
+        quota: crate::store::Quota::default(),
     })
 }
 
@@ -154,8 +156,9 @@ impl Payloads for PayloadsService {
         let store = self.state.store.clone();
         let max_results = config.max_results;
         let sid = session.id.clone();
+        let quota = AppState::quota(&self.state.effective_policy(&session).await?);
         let outcomes = blocking(move || {
-            crate::offload::offload_turn(&store, &sid, results, &settings, max_results)
+            crate::offload::offload_turn(&store, &sid, results, &settings, max_results, quota)
         })
         .await?;
         let mut reply = proto::OffloadResponse::default();
@@ -229,11 +232,12 @@ impl Payloads for PayloadsService {
             )
             .into());
         };
-        let meta = header_meta(&header)?;
+        let mut meta = header_meta(&header)?;
         let session = self
             .state
             .session_for(&p, Rpc::Upload, &header.session_id)
             .await?;
+        meta.quota = AppState::quota(&self.state.effective_policy(&session).await?);
         tracing::Span::current().record("session_id", tracing::field::display(&session.id));
 
         let (tx, mut rx) = mpsc::channel::<UploadMsg>(UPLOAD_QUEUE);
@@ -649,8 +653,11 @@ impl Payloads for PayloadsService {
             .audit(
                 &p,
                 event.detail(format!(
-                    "receipt={} bytes={}",
-                    receipt.id, receipt.bytes_deleted
+                    "receipt={} payloads={} bytes={} items={}",
+                    receipt.id,
+                    receipt.deleted_payload_ids.len(),
+                    receipt.bytes_deleted,
+                    receipt.removed.len()
                 )),
             )
             .await?;

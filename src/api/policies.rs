@@ -188,6 +188,10 @@ impl Policies for PoliciesService {
                 "hold released"
             });
         self.state.audit(&p, event).await?;
+        if !s.legal_hold {
+            // Deletions the hold deferred are overdue: do them now.
+            self.state.reaper.rescan();
+        }
         let effective = self.state.effective_policy(&s).await?;
         Ok(Response::new(convert::session(&s, &effective)))
     }

@@ -195,12 +195,31 @@ impl Sessions for SessionsService {
             .state
             .session_for(&p, Rpc::CloseSession, &req.get_ref().session_id)
             .await?;
+        let delete_on_close = self.state.effective_policy(&s).await?.delete_on_close;
         let store = self.state.store.clone();
-        let s = blocking(move || store.close_session(&s.id)).await?;
+        let (s, receipt) = blocking(move || store.close_session(&s.id, delete_on_close)).await?;
+        let detail = match (&receipt, delete_on_close) {
+            (Some(r), _) => format!(
+                "delete_on_close: receipt={} payloads={} bytes={} items={}",
+                r.id,
+                r.deleted_payload_ids.len(),
+                r.bytes_deleted,
+                r.removed.len()
+            ),
+            (None, true) if s.legal_hold => {
+                "delete_on_close: deferred by the legal hold; the payloads are deleted once it is lifted".to_owned()
+            }
+            (None, _) => String::new(),
+        };
         self.state
-            .audit(&p, NewEvent::new(action::SESSION_CLOSE).session(&s.id))
+            .audit(
+                &p,
+                NewEvent::new(action::SESSION_CLOSE)
+                    .session(&s.id)
+                    .detail(detail),
+            )
             .await?;
-        tracing::info!(session_id = %s.id, principal = %p.id, "session closed");
+        tracing::info!(session_id = %s.id, principal = %p.id, deleted = receipt.is_some(), "session closed");
         let effective = self.state.effective_policy(&s).await?;
         Ok(Response::new(convert::session(&s, &effective)))
     }
@@ -227,10 +246,11 @@ impl Sessions for SessionsService {
                 NewEvent::new(action::SESSION_DELETE)
                     .session(&s.id)
                     .detail(format!(
-                        "receipt={} payloads={} bytes={}",
+                        "receipt={} payloads={} bytes={} items={}",
                         receipt.id,
                         receipt.deleted_payload_ids.len(),
-                        receipt.bytes_deleted
+                        receipt.bytes_deleted,
+                        receipt.removed.len()
                     )),
             )
             .await?;

@@ -55,6 +55,8 @@ pub enum Rpc {
     VerifyAudit,
     /// Audit/ExportAudit.
     ExportAudit,
+    /// Audit/GetReceipt.
+    GetReceipt,
     /// Policies/GetPolicy.
     GetPolicy,
     /// Policies/SetPolicy.
@@ -119,6 +121,9 @@ pub const TABLE: &[Rule] = &[
     rule(Rpc::QueryAudit, "spillway.v1.Audit/QueryAudit", &[Auditor, Compliance, Admin], U::None),
     rule(Rpc::VerifyAudit, "spillway.v1.Audit/VerifyAudit", &[Auditor, Compliance, Admin], U::None),
     rule(Rpc::ExportAudit, "spillway.v1.Audit/ExportAudit", &[Auditor, Compliance, Admin], U::None),
+    // Checked against the receipt's tenant, owner and sharing: see
+    // `receipt_access`.
+    rule(Rpc::GetReceipt, "spillway.v1.Audit/GetReceipt", &[Agent, Admin, Compliance, Auditor], U::Metadata),
     // By tenant: admin, compliance and auditors of that tenant; by session:
     // whoever may see the session's metadata (agents: their own and shared).
     rule(Rpc::GetPolicy, "spillway.v1.Policies/GetPolicy", &[Agent, Admin, Compliance, Auditor], U::Metadata),
@@ -220,6 +225,19 @@ pub fn session_access(principal: &Principal, rpc: Rpc, session: SessionOwnership
             rpc.rule().method
         ))
     }
+}
+
+/// Whether the principal may see a deletion receipt: auditors, compliance
+/// and admins of its tenant, and the agents who could see the deleted
+/// session.
+pub fn receipt_access(principal: &Principal, deleted: SessionOwnership<'_>) -> Access {
+    if principal.tenant != deleted.tenant {
+        return Access::Hidden;
+    }
+    if principal.has(Auditor) || principal.has(Compliance) || principal.has(Admin) {
+        return Access::Allowed;
+    }
+    session_access(principal, Rpc::GetReceipt, deleted)
 }
 
 /// True when the principal may see the session at all (for listings).

@@ -677,6 +677,21 @@ async fn audit(c: &mut Clients, cmd: AuditCommand, json: bool) -> anyhow::Result
             }
             Ok(())
         }
+        AuditCommand::Receipt { id } => {
+            let req = if id.starts_with(crate::ids::ReceiptId::PREFIX) {
+                proto::GetReceiptRequest {
+                    receipt_id: id,
+                    target_id: String::new(),
+                }
+            } else {
+                proto::GetReceiptRequest {
+                    receipt_id: String::new(),
+                    target_id: id,
+                }
+            };
+            let r = c.audit.get_receipt(req).await?.into_inner();
+            output::show(json, &r, output::receipt)
+        }
         AuditCommand::Verify => {
             let r = c
                 .audit
@@ -734,6 +749,7 @@ fn timestamp(text: &str, flag: &str) -> anyhow::Result<pbjson_types::Timestamp> 
 
 /// Verifies a receipt file's signature with the key in `data_dir`.
 fn verify_receipt(file: &std::path::Path, data_dir: &std::path::Path) -> anyhow::Result<()> {
+    use crate::store::records::RemovedItem;
     use crate::store::signing::{KEY_FILE, ReceiptKey, Signed};
     let text =
         std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
@@ -749,6 +765,18 @@ fn verify_receipt(file: &std::path::Path, data_dir: &std::path::Path) -> anyhow:
     let key = ReceiptKey::from_hex(key_text.trim())
         .context("the receipt key file is not 64 hex digits")?;
     let at = r.deleted_at.unwrap_or_default();
+    let removed: Vec<RemovedItem> = r
+        .removed
+        .iter()
+        .map(|i| RemovedItem {
+            kind: i.kind.clone(),
+            id: i.id.clone(),
+            session_id: i.session_id.clone(),
+            content_sha256: i.content_sha256.clone(),
+            bytes: i.bytes,
+            because: i.because.clone(),
+        })
+        .collect();
     let signed = Signed {
         id: &r.id,
         target_id: &r.target_id,
@@ -758,6 +786,7 @@ fn verify_receipt(file: &std::path::Path, data_dir: &std::path::Path) -> anyhow:
         deleted_payload_ids: r.deleted_payload_ids.iter().map(String::as_str).collect(),
         bytes_deleted: r.bytes_deleted,
         content_sha256: r.content_sha256.iter().map(String::as_str).collect(),
+        removed: &removed,
     };
     if key.verify(&signed, &r.signature) {
         println!(

@@ -259,6 +259,13 @@ pub enum AuditCommand {
         #[arg(short, long)]
         output: Option<PathBuf>,
     },
+    /// Fetch a stored deletion receipt, by receipt ID (rcpt_…) or by the ID of
+    /// what was deleted (ses_… or pl_…). With --json it prints the receipt as
+    /// `verify-receipt` reads it.
+    Receipt {
+        /// A receipt ID, or a deleted session's or payload's ID.
+        id: String,
+    },
     /// Check a deletion receipt's signature against the server's receipt key
     /// (read from the data directory, so run it where the server's data is).
     VerifyReceipt {

@@ -121,6 +121,17 @@ pub fn receipt(r: &proto::DeletionReceipt) {
     for (id, sha) in r.deleted_payload_ids.iter().zip(&r.content_sha256) {
         println!("  {id}  sha256 {sha}");
     }
+    if !r.removed.is_empty() {
+        println!("  removed:");
+        for i in &r.removed {
+            let because = if i.because.is_empty() {
+                String::new()
+            } else {
+                format!("  ({})", i.because)
+            };
+            println!("    {:<16} {}  {} bytes{because}", i.kind, i.id, i.bytes);
+        }
+    }
 }
 
 /// An offload reply: one block per result, then the totals.

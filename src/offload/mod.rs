@@ -271,6 +271,7 @@ pub fn offload_turn(
     results: Vec<ToolResult>,
     settings: &Settings,
     max_results: usize,
+    quota: crate::store::Quota,
 ) -> Result<Vec<Outcome>, OffloadError> {
     if results.len() > max_results {
         return Err(OffloadError::TooManyResults {
@@ -334,6 +335,7 @@ pub fn offload_turn(
         &dispositions,
         &mut previews,
         &mut stored,
+        quota,
     ) {
         Ok(outcomes) => Ok(outcomes),
         Err(e) => {
@@ -361,6 +363,7 @@ fn store_and_describe(
     dispositions: &[Disposition],
     previews: &mut [Option<Preview>],
     stored: &mut Vec<crate::ids::PayloadId>,
+    quota: crate::store::Quota,
 ) -> Result<Vec<Outcome>, OffloadError> {
     let mut outcomes = Vec::with_capacity(results.len());
     for (i, r) in results.into_iter().enumerate() {
@@ -377,7 +380,7 @@ fn store_and_describe(
             });
             continue;
         }
-        let record = store_result(store, session, &r)?;
+        let record = store_result(store, session, &r, quota)?;
         stored.push(record.id.clone());
         let p = previews[i].take().unwrap_or_else(|| {
             preview::build(
@@ -439,6 +442,7 @@ fn store_result(
     store: &Store,
     session: &SessionId,
     r: &ToolResult,
+    quota: crate::store::Quota,
 ) -> Result<PayloadRecord, StoreError> {
     let mut upload = store.begin_upload(
         session,
@@ -450,6 +454,8 @@ fn store_result(
             is_error: r.is_error,
             expected_sha256: None,
             derived_from: r.derived_from.clone(),
+            archive_key: String::new(),
+            quota,
         },
     )?;
     upload.write(&r.content)?;

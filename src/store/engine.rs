@@ -37,11 +37,19 @@ pub enum Tree {
     Audit,
     /// `tenant` → the tenant's policy as set.
     TenantPolicies,
+    /// `parent payload_id child payload_id` → empty; what was derived from
+    /// a payload (script outputs, archived history), which its deletion
+    /// takes along.
+    Derived,
+    /// `receipt_id` → a deletion intent: what a deletion in progress still
+    /// has to remove. Written before any file goes; finished at startup
+    /// after a crash.
+    DeletionIntents,
 }
 
 impl Tree {
     /// Every tree, in a fixed order.
-    pub const ALL: [Tree; 13] = [
+    pub const ALL: [Tree; 15] = [
         Tree::Meta,
         Tree::Sessions,
         Tree::TenantSessions,
@@ -55,6 +63,8 @@ impl Tree {
         Tree::DeletedTargets,
         Tree::Audit,
         Tree::TenantPolicies,
+        Tree::Derived,
+        Tree::DeletionIntents,
     ];
 
     /// The tree's name inside the engine.
@@ -73,6 +83,8 @@ impl Tree {
             Tree::DeletedTargets => "deleted_targets.v1",
             Tree::Audit => "audit.v1",
             Tree::TenantPolicies => "tenant_policies.v1",
+            Tree::Derived => "derived.v1",
+            Tree::DeletionIntents => "deletion_intents.v1",
         }
     }
 

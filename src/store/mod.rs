@@ -13,7 +13,9 @@
 
 pub mod blobs;
 pub mod content;
+pub mod delete;
 pub mod engine;
+pub mod expiry;
 pub mod lines;
 pub mod names;
 pub mod read;
@@ -89,6 +91,24 @@ pub enum StoreError {
         value: u64,
         /// What to do.
         hint: &'static str,
+    },
+    /// A policy quota would be exceeded; nothing was stored.
+    #[error(
+        "policy quota {quota} is {limit} {unit} for session {session}, which already uses {usage}; this payload would make it {would_be}. Nothing was stored. Delete payloads the session no longer needs (DeletePayload), or ask an admin or compliance officer to raise {quota}"
+    )]
+    QuotaExceeded {
+        /// The policy field.
+        quota: &'static str,
+        /// Its value.
+        limit: u64,
+        /// "bytes" or "payloads".
+        unit: &'static str,
+        /// The session.
+        session: SessionId,
+        /// Usage before this payload.
+        usage: u64,
+        /// Usage with it.
+        would_be: u64,
     },
     /// `expected_sha256` did not match; nothing was stored.
     #[error(
@@ -196,6 +216,21 @@ pub struct UploadMeta {
     pub expected_sha256: Option<String>,
     /// Payloads this one derives from.
     pub derived_from: Vec<PayloadId>,
+    /// The recall key, when this is an archived history result.
+    pub archive_key: String,
+    /// The session's quotas, from its effective policy.
+    pub quota: Quota,
+}
+
+/// A session's quotas from its effective policy; zero means no quota.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Quota {
+    /// Bytes the session may store (deduplicated bytes count once).
+    pub max_session_bytes: u64,
+    /// Largest payload, in bytes.
+    pub max_payload_bytes: u64,
+    /// Payloads the session may hold.
+    pub max_payloads: u64,
 }
 
 /// A page of results and the token for the next one.
@@ -221,6 +256,8 @@ pub struct Store {
     receipt_key: signing::ReceiptKey,
     /// Serializes tenant-policy updates.
     policy_lock: Mutex<()>,
+    /// Serializes deletions, which lock several sessions at once.
+    delete_lock: Mutex<()>,
     /// Inspect results by (session, content hash and type); dropped with the content.
     structures: Mutex<HashMap<(SessionId, String), Arc<Structure>>>,
     /// The audit log, in the same engine.
@@ -266,8 +303,11 @@ impl Store {
             structures: Mutex::new(HashMap::new()),
             receipt_key: signing::ReceiptKey::load_or_create(data_dir)?,
             policy_lock: Mutex::new(()),
+            delete_lock: Mutex::new(()),
         };
-        let report = reconcile::reconcile(&store)?;
+        let finished = store.finish_interrupted()?;
+        let mut report = reconcile::reconcile(&store)?;
+        report.deletions_finished = finished as u64;
         Ok((store, report))
     }
 
@@ -291,12 +331,17 @@ impl Store {
         Ok(self.engine.flush()?)
     }
 
-    fn lock(&self, session: &SessionId) -> MutexGuard<'_, ()> {
+    fn stripe_of(&self, session: &SessionId) -> usize {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
         session.hash(&mut h);
-        let i = (h.finish() as usize) % self.stripes.len();
-        self.stripes[i].lock().unwrap_or_else(|p| p.into_inner())
+        (h.finish() as usize) % self.stripes.len()
+    }
+
+    fn lock(&self, session: &SessionId) -> MutexGuard<'_, ()> {
+        self.stripes[self.stripe_of(session)]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     // ---- sessions -------------------------------------------------------
@@ -348,14 +393,17 @@ impl Store {
 
     /// Reads a session.
     pub fn session(&self, id: &SessionId) -> Result<SessionRecord> {
-        let raw = self
-            .engine
-            .get(Tree::Sessions, id.as_str().as_bytes())?
-            .ok_or_else(|| StoreError::NotFound {
-                kind: "session",
-                id: id.to_string(),
-            })?;
-        Ok(records::decode(&raw)?)
+        self.session_opt(id)?.ok_or_else(|| StoreError::NotFound {
+            kind: "session",
+            id: id.to_string(),
+        })
+    }
+
+    fn session_opt(&self, id: &SessionId) -> Result<Option<SessionRecord>> {
+        match self.engine.get(Tree::Sessions, id.as_str().as_bytes())? {
+            Some(raw) => Ok(Some(records::decode(&raw)?)),
+            None => Ok(None),
+        }
     }
 
     /// Lists a tenant's sessions in creation order, keeping those `keep`
@@ -408,82 +456,67 @@ impl Store {
     }
 
     /// Makes a session read-only. Closing a closed session changes nothing.
-    pub fn close_session(&self, id: &SessionId) -> Result<SessionRecord> {
-        let _guard = self.lock(id);
-        let mut s = self.session(id)?;
-        if s.state == SessionState::Closed {
-            return Ok(s);
+    ///
+    /// With `delete_on_close`, the session's payloads (and what derives
+    /// from them) are deleted too, and the receipt returned. The close
+    /// records the pending deletion in the expiry index in the same commit,
+    /// so a crash or a legal hold only defers it: the reaper finishes it
+    /// once nothing holds it back.
+    pub fn close_session(
+        &self,
+        id: &SessionId,
+        delete_on_close: bool,
+    ) -> Result<(SessionRecord, Option<ReceiptRecord>)> {
+        let s = {
+            let _guard = self.lock(id);
+            let mut s = self.session(id)?;
+            if s.state == SessionState::Closed {
+                return Ok((s, None));
+            }
+            s.state = SessionState::Closed;
+            let now = self.now_ms();
+            s.closed_ms = Some(now);
+            let mut b = Batch::new();
+            b.put(Tree::Sessions, id.as_str(), records::encode(&s));
+            if delete_on_close {
+                b.put(
+                    Tree::Expiry,
+                    keys::expiry(now, delete::EXPIRY_CLOSE, id.as_str()),
+                    [],
+                );
+            }
+            self.engine.commit(&b)?;
+            s
+        };
+        if !delete_on_close || s.legal_hold {
+            return Ok((s, None));
         }
-        s.state = SessionState::Closed;
-        s.closed_ms = Some(self.now_ms());
-        self.engine
-            .put(Tree::Sessions, id.as_str().as_bytes(), &records::encode(&s))?;
-        Ok(s)
+        match self.delete(&delete::Request {
+            target: delete::Target::SessionContents(id.clone()),
+            requested_by: &s.owner,
+            reason: "session closed with delete_on_close",
+        }) {
+            Ok(receipt) => Ok((self.session(id)?, Some(receipt))),
+            // A hold placed meanwhile, or a derived payload in a held
+            // session: the reaper finishes it after the release.
+            Err(StoreError::LegalHold { .. }) => Ok((s, None)),
+            Err(e) => Err(e),
+        }
     }
 
-    /// Deletes a session: every payload, its metadata, and its directory.
+    /// Deletes a session: every payload, what derives from them, its
+    /// metadata and its directory.
     pub fn delete_session(
         &self,
         id: &SessionId,
         requested_by: &str,
         reason: &str,
     ) -> Result<ReceiptRecord> {
-        let _guard = self.lock(id);
-        let s = self.session(id)?;
-        check_hold(&s)?;
-        let mut b = Batch::new();
-        let mut receipt = self.new_receipt(id.as_str(), requested_by, &s, reason);
-        let mut after: Option<Vec<u8>> = None;
-        loop {
-            let page = self.engine.scan_prefix(
-                Tree::SessionPayloads,
-                id.as_str().as_bytes(),
-                after.as_deref(),
-                1024,
-            )?;
-            let done = page.len() < 1024;
-            for (key, _) in page {
-                let pid = payload_id_from_listing_key(&key)?;
-                if let Some(p) = self.payload_opt(&pid)? {
-                    self.forget_payload(&mut b, &p);
-                    receipt.bytes_deleted += p.size;
-                    receipt.content_sha256.push(p.sha256.clone());
-                    receipt.deleted_payload_ids.push(p.id.clone());
-                }
-                after = Some(key);
-            }
-            if done {
-                break;
-            }
-        }
-        let receipt = self.signed(receipt);
-        b.delete(Tree::Sessions, id.as_str())
-            .delete(
-                Tree::TenantSessions,
-                keys::tenant_session(&s.tenant, s.created_ms, id),
-            )
-            .delete(
-                Tree::Expiry,
-                keys::expiry(s.expires_ms, keys::EXPIRY_SESSION, id.as_str()),
-            )
-            .put(
-                Tree::Receipts,
-                receipt.id.as_str(),
-                records::encode(&receipt),
-            )
-            .put(Tree::DeletedTargets, id.as_str(), receipt.id.as_str());
-        for pid in &receipt.deleted_payload_ids {
-            b.put(Tree::DeletedTargets, pid.as_str(), receipt.id.as_str());
-        }
-        self.engine.commit(&b)?;
-        self.structure_cache()
-            .retain(|(session, _), _| session != id);
-        // Metadata is gone and the receipt is durable; a crash before the
-        // directory is removed leaves an orphan that reconciliation removes.
-        if let Err(e) = self.blobs.remove_session_dir(id) {
-            tracing::warn!(session_id = %id, error = %e, "session directory removal failed; reconciliation will retry");
-        }
-        Ok(receipt)
+        self.delete(&delete::Request {
+            target: delete::Target::Session(id.clone()),
+            requested_by,
+            reason,
+        })
     }
 
     /// Places (`Some`) or lifts (`None`) a legal hold on a session.
@@ -559,14 +592,27 @@ impl Store {
                 "expected_sha256 must be 64 hex digits".into(),
             ));
         }
+        let q = meta.quota;
+        check_quota(
+            "max_payloads",
+            q.max_payloads,
+            "payloads",
+            &s,
+            s.usage_payloads,
+            1,
+        )?;
         let dir = self.blobs.session_dir(session)?;
         Ok(PendingUpload {
             store: self,
             session: session.clone(),
-            meta,
             temp: TempFile::create(dir)?,
             scanner: ContentScanner::new(),
-            limit: self.settings.max_payload_bytes,
+            policy_limit: (q.max_payload_bytes > 0
+                && q.max_payload_bytes < self.settings.max_payload_bytes)
+                .then_some(q.max_payload_bytes),
+            usage_at_start: s.usage_bytes,
+            record_at_start: s,
+            meta,
         })
     }
 
@@ -715,55 +761,18 @@ impl Store {
         self.structures.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Deletes one payload.
+    /// Deletes one payload and what derives from it.
     pub fn delete_payload(
         &self,
         id: &PayloadId,
         requested_by: &str,
         reason: &str,
     ) -> Result<ReceiptRecord> {
-        let p = self.payload(id)?;
-        let _guard = self.lock(&p.session_id);
-        // Re-read under the lock: a concurrent delete may have won.
-        let p = self.payload(id)?;
-        let mut s = self.session(&p.session_id)?;
-        check_hold(&s)?;
-        let mut b = Batch::new();
-        self.forget_payload(&mut b, &p);
-        if !self.has_other_copy(&p)? {
-            s.usage_bytes = s.usage_bytes.saturating_sub(p.size);
-            self.structure_cache()
-                .retain(|(session, k), _| !(*session == p.session_id && k.starts_with(&p.sha256)));
-        }
-        s.usage_payloads = s.usage_payloads.saturating_sub(1);
-        let mut receipt = self.new_receipt(id.as_str(), requested_by, &s, reason);
-        receipt.deleted_payload_ids.push(p.id.clone());
-        receipt.bytes_deleted = p.size;
-        receipt.content_sha256.push(p.sha256.clone());
-        let receipt = self.signed(receipt);
-        b.put(Tree::Sessions, s.id.as_str(), records::encode(&s))
-            .put(
-                Tree::Receipts,
-                receipt.id.as_str(),
-                records::encode(&receipt),
-            )
-            .put(Tree::DeletedTargets, p.id.as_str(), receipt.id.as_str());
-        self.engine.commit(&b)?;
-        let dir = self.blobs.session_dir(&p.session_id)?;
-        match dir.remove_file(&p.name) {
-            Ok(()) => blobs::fsync_dir(&dir)?,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => {
-                tracing::warn!(payload_id = %p.id, error = %e, "payload file removal failed; reconciliation will retry")
-            }
-        }
-        Ok(receipt)
-    }
-
-    /// Fills in a receipt's signature.
-    fn signed(&self, mut r: ReceiptRecord) -> ReceiptRecord {
-        r.signature = self.receipt_key.sign(&signing::Signed::from(&r));
-        r
+        self.delete(&delete::Request {
+            target: delete::Target::Payload(id.clone()),
+            requested_by,
+            reason,
+        })
     }
 
     /// Whether a receipt's signature is this server's.
@@ -814,6 +823,9 @@ impl Store {
                 Tree::Expiry,
                 keys::expiry(p.expires_ms, keys::EXPIRY_PAYLOAD, p.id.as_str()),
             );
+        for parent in &p.derived_from {
+            b.delete(Tree::Derived, keys::derived(parent, &p.id));
+        }
     }
 
     /// A live payload of the session whose SHA-256 (hex) starts with
@@ -844,40 +856,6 @@ impl Store {
             }
         }
         Ok(None)
-    }
-
-    /// Whether another payload of the session shares `p`'s bytes.
-    fn has_other_copy(&self, p: &PayloadRecord) -> Result<bool> {
-        let prefix = keys::content_prefix(&p.session_id, &p.sha256);
-        let entries = self
-            .engine
-            .scan_prefix(Tree::ContentIndex, &prefix, None, 2)?;
-        Ok(entries
-            .iter()
-            .any(|(k, _)| &k[prefix.len()..] != p.id.as_str().as_bytes()))
-    }
-
-    fn new_receipt(
-        &self,
-        target: &str,
-        requested_by: &str,
-        session: &SessionRecord,
-        reason: &str,
-    ) -> ReceiptRecord {
-        ReceiptRecord {
-            id: ReceiptId::generate(),
-            target_id: target.to_owned(),
-            reason: reason.to_owned(),
-            requested_by: requested_by.to_owned(),
-            tenant: session.tenant.clone(),
-            owner: session.owner.clone(),
-            share_with: session.share_with.clone(),
-            deleted_ms: self.now_ms(),
-            deleted_payload_ids: Vec::new(),
-            bytes_deleted: 0,
-            content_sha256: Vec::new(),
-            signature: String::new(),
-        }
     }
 
     /// Picks a name not yet used in the session. Called under the session lock.
@@ -913,19 +891,47 @@ pub struct PendingUpload<'a> {
     meta: UploadMeta,
     temp: TempFile,
     scanner: ContentScanner,
-    limit: u64,
+    /// The policy's `max_payload_bytes`, when below the server's limit.
+    policy_limit: Option<u64>,
+    /// The session's stored bytes when the upload began, for an early
+    /// quota check; the binding check is in `finish`, under the lock.
+    usage_at_start: u64,
+    record_at_start: SessionRecord,
 }
 
 impl PendingUpload<'_> {
-    /// Appends bytes, enforcing the payload size limit.
+    /// Appends bytes, enforcing the payload size limit and quotas.
     pub fn write(&mut self, data: &[u8]) -> Result<()> {
-        if self.scanner.size() + data.len() as u64 > self.limit {
+        let size = self.scanner.size() + data.len() as u64;
+        if let Some(limit) = self.policy_limit
+            && size > limit
+        {
+            return Err(StoreError::QuotaExceeded {
+                quota: "max_payload_bytes",
+                limit,
+                unit: "bytes",
+                session: self.session.clone(),
+                usage: 0,
+                would_be: size,
+            });
+        }
+        let server_limit = self.store.settings.max_payload_bytes;
+        if size > server_limit {
             return Err(StoreError::TooLarge {
                 limit: "limits.max_payload_bytes",
-                value: self.limit,
+                value: server_limit,
                 hint: "nothing was stored; narrow the tool's output, or split it into several payloads",
             });
         }
+        // Early: an upload that cannot fit even alone stops streaming now.
+        check_quota(
+            "max_session_bytes",
+            self.meta.quota.max_session_bytes,
+            "bytes",
+            &self.record_at_start,
+            self.usage_at_start,
+            size,
+        )?;
         self.temp.write_all(data)?;
         self.scanner.update(data);
         Ok(())
@@ -983,10 +989,31 @@ impl PendingUpload<'_> {
             derived_from: std::mem::take(&mut self.meta.derived_from),
             utf8: facts.utf8,
             missing: false,
+            archive_key: std::mem::take(&mut self.meta.archive_key),
         };
         // The same bytes already stored in this session are linked, not
         // stored again; quotas count stored bytes once.
         let duplicate = store.stored_copy(&s.id, &record.sha256)?;
+        // Quotas are checked here, under the session's lock, against the
+        // usage as committed: concurrent uploads cannot overshoot.
+        let q = self.meta.quota;
+        check_quota(
+            "max_payloads",
+            q.max_payloads,
+            "payloads",
+            &s,
+            s.usage_payloads,
+            1,
+        )?;
+        let new_bytes = if duplicate.is_some() { 0 } else { record.size };
+        check_quota(
+            "max_session_bytes",
+            q.max_session_bytes,
+            "bytes",
+            &s,
+            s.usage_bytes,
+            new_bytes,
+        )?;
         let dir = store.blobs.session_dir(&s.id)?;
         let linked = match &duplicate {
             Some(existing) => match dir.hard_link(&existing.name, &dir, &record.name) {
@@ -1032,6 +1059,9 @@ impl PendingUpload<'_> {
                 [],
             )
             .put(Tree::Sessions, s.id.as_str(), records::encode(&s));
+        for parent in &record.derived_from {
+            b.put(Tree::Derived, keys::derived(parent, &record.id), []);
+        }
         if let Err(e) = store.engine.commit(&b) {
             // Not acknowledged: take the file back out so no orphan remains.
             if let Ok(dir) = store.blobs.session_dir(&s.id) {
@@ -1041,6 +1071,29 @@ impl PendingUpload<'_> {
         }
         Ok(record)
     }
+}
+
+/// Refuses a write that would take `usage` past a nonzero quota.
+fn check_quota(
+    quota: &'static str,
+    limit: u64,
+    unit: &'static str,
+    s: &SessionRecord,
+    usage: u64,
+    adding: u64,
+) -> Result<()> {
+    let would_be = usage.saturating_add(adding);
+    if limit == 0 || would_be <= limit {
+        return Ok(());
+    }
+    Err(StoreError::QuotaExceeded {
+        quota,
+        limit,
+        unit,
+        session: s.id.clone(),
+        usage,
+        would_be,
+    })
 }
 
 /// Refuses to delete anything of a held session.

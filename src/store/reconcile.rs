@@ -24,6 +24,8 @@ pub struct ReconcileReport {
     pub orphan_dirs_removed: u64,
     /// Payloads whose file was missing, now marked.
     pub missing_payloads: Vec<String>,
+    /// Deletions a crash had interrupted, finished before reconciling.
+    pub deletions_finished: u64,
 }
 
 impl ReconcileReport {

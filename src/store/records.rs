@@ -211,6 +211,9 @@ pub struct PayloadRecord {
     /// Set by startup reconciliation when the file was found missing.
     #[serde(default)]
     pub missing: bool,
+    /// The recall key, when the payload is an archived history result.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub archive_key: String,
 }
 
 impl PayloadRecord {
@@ -256,9 +259,69 @@ pub struct ReceiptRecord {
     /// Hashes of the removed payloads, in the order of `deleted_payload_ids`.
     #[serde(default)]
     pub content_sha256: Vec<String>,
+    /// Everything the deletion removed, item by item.
+    #[serde(default)]
+    pub removed: Vec<RemovedItem>,
     /// Signature, once receipts are signed.
     #[serde(default)]
     pub signature: String,
+}
+
+/// One thing a deletion removed, as its receipt lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct RemovedItem {
+    /// What it was: one of the `REMOVED_*` kinds.
+    pub kind: String,
+    /// Its ID: a session or payload ID, or for a content blob its SHA-256.
+    pub id: String,
+    /// The session it belonged to.
+    pub session_id: String,
+    /// SHA-256 of its content, for payloads and blobs.
+    pub content_sha256: String,
+    /// Bytes it freed (payloads count their size; a blob shared by
+    /// deduplication is freed with its last reference).
+    pub bytes: u64,
+    /// Why it went, when not asked for by name: "derived from pl_…".
+    pub because: String,
+}
+
+/// The kinds of [`RemovedItem`].
+pub mod removed {
+    /// A session record and its directory.
+    pub const SESSION: &str = "session";
+    /// A payload asked for by name, or one of a deleted session.
+    pub const PAYLOAD: &str = "payload";
+    /// A payload derived from a deleted one (a script output).
+    pub const DERIVED_PAYLOAD: &str = "derived_payload";
+    /// An archived history result (a recall key's content).
+    pub const ARCHIVE_ENTRY: &str = "archive_entry";
+    /// A payload's line index.
+    pub const LINE_INDEX: &str = "line_index";
+    /// A cached Inspect result.
+    pub const INSPECT_CACHE: &str = "inspect_cache";
+    /// Stored bytes whose last reference went (deduplicated content).
+    pub const CONTENT_BLOB: &str = "content_blob";
+}
+
+/// A deletion in progress, written before anything is removed so that a
+/// crash midway is finished at the next start.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeletionIntent {
+    /// The receipt, already signed; stored with the intent.
+    pub receipt_id: ReceiptId,
+    /// The payloads to remove, with what their metadata keys need.
+    #[serde(default)]
+    pub payloads: Vec<PayloadRecord>,
+    /// Sessions whose records and directories go.
+    #[serde(default)]
+    pub sessions: Vec<SessionRecord>,
+    /// Usage to take off surviving sessions: (session, bytes, payloads).
+    #[serde(default)]
+    pub usage: Vec<(SessionId, u64, u64)>,
+    /// Expiry-tree entries that go with the deletion.
+    #[serde(default)]
+    pub expiry_keys: Vec<Vec<u8>>,
 }
 
 /// Key encodings, one function per tree.
@@ -318,6 +381,13 @@ pub mod keys {
         k
     }
 
+    /// Derived-index key: `child` was derived from `parent`.
+    pub fn derived(parent: &PayloadId, child: &PayloadId) -> Vec<u8> {
+        let mut k = parent.as_str().as_bytes().to_vec();
+        k.extend_from_slice(child.as_str().as_bytes());
+        k
+    }
+
     /// Expiry key.
     pub fn expiry(expires_ms: Millis, kind: u8, id: &str) -> Vec<u8> {
         let mut k = be(expires_ms).to_vec();
@@ -345,6 +415,7 @@ mod tests {
             deleted_payload_ids: vec![],
             bytes_deleted: 0,
             content_sha256: vec![],
+            removed: vec![],
             signature: String::new(),
         };
         let bytes = encode(&r);

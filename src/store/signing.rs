@@ -3,7 +3,8 @@
 //! canonical bytes. Those are the receipt as a JSON object without its
 //! `signature`: keys sorted, no insignificant whitespace, `deleted_at` as an
 //! RFC 3339 UTC string with milliseconds, integers as numbers, lists as
-//! arrays (serde_json's compact output of a sorted map).
+//! arrays, and each `removed` item as an object with sorted keys
+//! (serde_json's compact output of a sorted map).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -13,7 +14,7 @@ use hmac::{Hmac, Mac};
 use serde_json::Value;
 use sha2::Sha256;
 
-use super::records::ReceiptRecord;
+use super::records::{ReceiptRecord, RemovedItem};
 use crate::clock::Millis;
 
 /// File name of the key inside the data directory.
@@ -38,6 +39,8 @@ pub struct Signed<'a> {
     pub bytes_deleted: u64,
     /// Hashes of the removed payloads.
     pub content_sha256: Vec<&'a str>,
+    /// Everything removed, item by item.
+    pub removed: &'a [RemovedItem],
 }
 
 impl<'a> From<&'a ReceiptRecord> for Signed<'a> {
@@ -51,6 +54,7 @@ impl<'a> From<&'a ReceiptRecord> for Signed<'a> {
             deleted_payload_ids: r.deleted_payload_ids.iter().map(|p| p.as_str()).collect(),
             bytes_deleted: r.bytes_deleted,
             content_sha256: r.content_sha256.iter().map(String::as_str).collect(),
+            removed: &r.removed,
         }
     }
 }
@@ -72,9 +76,26 @@ pub fn canonical(r: &Signed<'_>) -> Vec<u8> {
     m.insert("deleted_payload_ids", strings(&r.deleted_payload_ids));
     m.insert("id", Value::String(r.id.to_owned()));
     m.insert("reason", Value::String(r.reason.to_owned()));
+    m.insert(
+        "removed",
+        Value::Array(r.removed.iter().map(removed_item).collect()),
+    );
     m.insert("requested_by", Value::String(r.requested_by.to_owned()));
     m.insert("target_id", Value::String(r.target_id.to_owned()));
     serde_json::to_vec(&m).expect("a map of JSON values serializes")
+}
+
+/// One removed item as a JSON object with sorted keys (the crate's maps
+/// keep insertion order, so the order is spelled out here).
+fn removed_item(i: &RemovedItem) -> Value {
+    let mut m: BTreeMap<&str, Value> = BTreeMap::new();
+    m.insert("because", Value::String(i.because.clone()));
+    m.insert("bytes", Value::from(i.bytes));
+    m.insert("content_sha256", Value::String(i.content_sha256.clone()));
+    m.insert("id", Value::String(i.id.clone()));
+    m.insert("kind", Value::String(i.kind.clone()));
+    m.insert("session_id", Value::String(i.session_id.clone()));
+    serde_json::to_value(m).expect("a map of JSON values serializes")
 }
 
 /// The server's receipt key.
@@ -145,6 +166,7 @@ mod tests {
             deleted_payload_ids: vec!["pl_00000000000000000000000000000003"],
             bytes_deleted: 42,
             content_sha256: vec!["ab"],
+            removed: &[],
         }
     }
 
@@ -153,7 +175,7 @@ mod tests {
         let c = String::from_utf8(canonical(&receipt())).unwrap();
         assert_eq!(
             c,
-            r#"{"bytes_deleted":42,"content_sha256":["ab"],"deleted_at":"2026-11-30T09:31:46.334Z","deleted_payload_ids":["pl_00000000000000000000000000000003"],"id":"rcpt_00000000000000000000000000000001","reason":"done \"now\"","requested_by":"alice","target_id":"ses_00000000000000000000000000000002"}"#
+            r#"{"bytes_deleted":42,"content_sha256":["ab"],"deleted_at":"2026-11-30T09:31:46.334Z","deleted_payload_ids":["pl_00000000000000000000000000000003"],"id":"rcpt_00000000000000000000000000000001","reason":"done \"now\"","removed":[],"requested_by":"alice","target_id":"ses_00000000000000000000000000000002"}"#
         );
     }
 

@@ -1,0 +1,196 @@
+//! The reaper: a background task that deletes what has expired.
+//!
+//! It reads the expiry index in time order ([`Store::reap_due`]), never
+//! scanning every payload. Work due while the server was down is found by
+//! the first pass at startup. Each step deletes at most `reaper.batch`
+//! entries on a blocking thread and then pauses for `reaper.pause`, so RPCs
+//! always get the disk and the engine between steps. Every deletion is
+//! audited under the principal `reaper` and yields a stored receipt.
+//!
+//! Passes resume after the last entry looked at, so entries held back by a
+//! legal hold are not re-read every interval. Releasing a hold, or anything
+//! else that can make skipped entries deletable, calls
+//! [`ReaperHandle::rescan`], which wakes the reaper at once and restarts
+//! from the oldest entry; a full rescan also happens every
+//! `reaper.rescan_every` passes as a backstop.
+//!
+//! Time comes from the store's [`crate::clock::Clock`], so tests move a
+//! manual clock forward instead of sleeping through retention periods.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+
+use crate::audit::{NewEvent, action};
+use crate::store::Store;
+use crate::store::expiry::{REAPER, ReapStep};
+use crate::store::records::ReceiptRecord;
+
+/// `[reaper]` configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReaperConfig {
+    /// How often the reaper looks for due entries when idle.
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
+    /// Deletions per step at most.
+    pub batch: usize,
+    /// Pause between steps while there is a backlog.
+    #[serde(with = "humantime_serde")]
+    pub pause: Duration,
+    /// Every this many passes, start again from the oldest entry.
+    pub rescan_every: u32,
+}
+
+impl Default for ReaperConfig {
+    fn default() -> Self {
+        Self {
+            interval: Duration::from_secs(1),
+            batch: 32,
+            pause: Duration::from_millis(20),
+            rescan_every: 60,
+        }
+    }
+}
+
+/// Pokes the running reaper.
+#[derive(Debug, Clone, Default)]
+pub struct ReaperHandle {
+    inner: Arc<Shared>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    wake: Notify,
+    rescan: AtomicBool,
+    passes: AtomicU64,
+}
+
+impl ReaperHandle {
+    /// Wakes the reaper now and makes it start again from the oldest due
+    /// entry (a hold was lifted, or a policy shortened lifetimes).
+    pub fn rescan(&self) {
+        self.inner.rescan.store(true, Ordering::SeqCst);
+        self.inner.wake.notify_one();
+    }
+
+    /// Completed passes so far (a pass ends when nothing due is left).
+    pub fn passes(&self) -> u64 {
+        self.inner.passes.load(Ordering::SeqCst)
+    }
+}
+
+/// Stops the reaper when dropped (the server holds it until it stops).
+#[derive(Debug)]
+pub struct ReaperGuard(tokio::task::AbortHandle);
+
+impl Drop for ReaperGuard {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Starts the reaper; it runs until the returned guard is dropped.
+pub fn spawn(store: Arc<Store>, config: ReaperConfig) -> (ReaperHandle, ReaperGuard) {
+    let handle = ReaperHandle::default();
+    let shared = handle.inner.clone();
+    let task = tokio::spawn(async move {
+        let mut cursor: Option<Vec<u8>> = None;
+        let mut passes: u32 = 0;
+        loop {
+            if shared.rescan.swap(false, Ordering::SeqCst) {
+                cursor = None;
+            }
+            let step = {
+                let store = store.clone();
+                let after = cursor.clone();
+                let batch = config.batch.max(1);
+                tokio::task::spawn_blocking(move || {
+                    let now = store.now_ms();
+                    store.reap_due(now, after.as_deref(), batch)
+                })
+                .await
+            };
+            let step = match step {
+                Ok(Ok(step)) => step,
+                Ok(Err(e)) => {
+                    tracing::error!(error = %e, "reaper step failed; retrying after the interval");
+                    ReapStep::default()
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "reaper step panicked; retrying after the interval");
+                    ReapStep::default()
+                }
+            };
+            audit(&store, &step.receipts).await;
+            if !step.receipts.is_empty() || step.held > 0 || step.failed > 0 {
+                tracing::info!(
+                    deleted = step.receipts.len(),
+                    held = step.held,
+                    failed = step.failed,
+                    "reaper step"
+                );
+            }
+            if step.failed == 0 {
+                cursor = step.cursor;
+            }
+            let wait = if step.more {
+                config.pause
+            } else {
+                passes = passes.wrapping_add(1);
+                shared.passes.fetch_add(1, Ordering::SeqCst);
+                if config.rescan_every > 0 && passes % config.rescan_every == 0 {
+                    cursor = None;
+                }
+                config.interval
+            };
+            tokio::select! {
+                () = shared.wake.notified() => {}
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+    });
+    (handle, ReaperGuard(task.abort_handle()))
+}
+
+/// Appends one audit event per reaper deletion.
+async fn audit(store: &Arc<Store>, receipts: &[ReceiptRecord]) {
+    if receipts.is_empty() {
+        return;
+    }
+    let events: Vec<NewEvent> = receipts.iter().map(event).collect();
+    let store = store.clone();
+    let appended = tokio::task::spawn_blocking(move || store.audit().append_all(events)).await;
+    if !matches!(appended, Ok(Ok(_))) {
+        tracing::error!("could not audit the reaper's deletions; their receipts are stored");
+    }
+}
+
+/// The audit event of a deletion by the reaper (or any system deletion).
+pub fn event(r: &ReceiptRecord) -> NewEvent {
+    let is_session = r.target_id.starts_with(crate::ids::SessionId::PREFIX);
+    let base = NewEvent::new(if is_session {
+        action::SESSION_DELETE
+    } else {
+        action::PAYLOAD_DELETE
+    })
+    .by(REAPER_PRINCIPAL, &r.tenant);
+    let base = if is_session {
+        base.session(&r.target_id)
+    } else {
+        base.payload(&r.target_id)
+    };
+    base.detail(format!(
+        "receipt {}: {}; {} payloads, {} bytes, {} items removed",
+        r.id,
+        r.reason,
+        r.deleted_payload_ids.len(),
+        r.bytes_deleted,
+        r.removed.len()
+    ))
+}
+
+const REAPER_PRINCIPAL: &str = REAPER;

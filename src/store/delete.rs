@@ -1,0 +1,472 @@
+//! Deletion that propagates and survives crashes.
+//!
+//! Every deletion — DeletePayload, DeleteSession, a close with
+//! `delete_on_close`, the reaper — goes through [`Store::delete`]:
+//!
+//! 1. **Plan.** The target's payloads, then everything derived from them,
+//!    transitively, through the derived index (script outputs, archived
+//!    history), in whichever session they live. A legal hold on any session
+//!    the plan touches refuses the whole deletion, naming the hold.
+//! 2. **Intent.** One commit writes the signed receipt, a tombstone for
+//!    every removed ID, and a [`DeletionIntent`] naming what is left to do.
+//! 3. **Files.** Each payload's link is unlinked; deduplicated bytes go with
+//!    their last link. Deleted sessions lose their directory.
+//! 4. **Metadata.** One commit removes the records and index entries
+//!    (line index, names, content index, expiry, derived index), takes the
+//!    freed usage off surviving sessions, and removes the intent.
+//!
+//! A crash after step 2 leaves the intent; [`Store::finish_interrupted`]
+//! redoes steps 3 and 4 at the next start, before reconciliation. Both are
+//! idempotent, and the usage change commits together with the intent's
+//! removal, so it applies exactly once.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+use std::io;
+use std::sync::MutexGuard;
+
+use super::engine::{Batch, Tree};
+use super::records::{
+    self, DeletionIntent, PayloadRecord, ReceiptRecord, RemovedItem, SessionRecord, keys, removed,
+};
+use super::{Result, Store, StoreError, blobs, check_hold, payload_id_from_listing_key};
+use crate::ids::{PayloadId, ReceiptId, SessionId};
+
+/// What to delete.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// One payload and what derives from it.
+    Payload(PayloadId),
+    /// A session: its payloads, what derives from them, and the session.
+    Session(SessionId),
+    /// A session's payloads (and what derives from them), keeping the
+    /// closed session's record: a close with `delete_on_close`.
+    SessionContents(SessionId),
+}
+
+impl Target {
+    fn id(&self) -> &str {
+        match self {
+            Target::Payload(p) => p.as_str(),
+            Target::Session(s) | Target::SessionContents(s) => s.as_str(),
+        }
+    }
+}
+
+/// Why, and for whom, a deletion happens.
+#[derive(Debug, Clone)]
+pub struct Request<'a> {
+    /// What.
+    pub target: Target,
+    /// The principal, or `reaper`.
+    pub requested_by: &'a str,
+    /// The reason recorded in the receipt.
+    pub reason: &'a str,
+}
+
+/// Kind byte of an expiry entry for a closed session whose payloads are
+/// to be deleted (`delete_on_close` deferred by a legal hold, or
+/// interrupted).
+pub const EXPIRY_CLOSE: u8 = b'C';
+
+/// A deletion worked out under the locks, not yet carried out.
+struct Plan {
+    payloads: Vec<PayloadRecord>,
+    items: Vec<RemovedItem>,
+    sessions: Vec<SessionRecord>,
+    usage: Vec<(SessionId, u64, u64)>,
+    expiry_keys: Vec<Vec<u8>>,
+    /// Every session the plan touches (for the locks and hold checks).
+    touched: BTreeSet<SessionId>,
+}
+
+/// How many times planning retries when the set of sessions involved
+/// changes between planning and locking.
+const PLAN_ATTEMPTS: usize = 8;
+
+impl Store {
+    /// Deletes `req.target` and everything derived from it; returns the
+    /// signed receipt once the deletion is complete and durable.
+    pub fn delete(&self, req: &Request<'_>) -> Result<ReceiptRecord> {
+        let _one_at_a_time = self.delete_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut plan = self.plan(&req.target)?;
+        for _ in 0..PLAN_ATTEMPTS {
+            let _guards = self.lock_all(&plan.touched);
+            let fresh = self.plan(&req.target)?;
+            if fresh.touched != plan.touched {
+                // A derived payload appeared in another session meanwhile.
+                plan = fresh;
+                continue;
+            }
+            return self.carry_out(req, fresh);
+        }
+        Err(StoreError::Invalid(format!(
+            "the payloads derived from {} kept changing while it was being deleted; retry the deletion",
+            req.target.id()
+        )))
+    }
+
+    /// Finishes deletions a crash interrupted. Runs at startup, before
+    /// reconciliation (which would otherwise mark their payloads missing).
+    pub(super) fn finish_interrupted(&self) -> Result<usize> {
+        let mut finished = 0;
+        loop {
+            let batch = self
+                .engine
+                .scan_prefix(Tree::DeletionIntents, b"", None, 64)?;
+            if batch.is_empty() {
+                return Ok(finished);
+            }
+            for (_, raw) in batch {
+                let intent: DeletionIntent = records::decode(&raw)?;
+                tracing::warn!(receipt_id = %intent.receipt_id, payloads = intent.payloads.len(), "finishing a deletion interrupted by a crash");
+                self.remove_files(&intent)?;
+                self.commit_removal(&intent)?;
+                finished += 1;
+            }
+        }
+    }
+
+    fn lock_all(&self, sessions: &BTreeSet<SessionId>) -> Vec<MutexGuard<'_, ()>> {
+        let stripes: BTreeSet<usize> = sessions.iter().map(|s| self.stripe_of(s)).collect();
+        stripes
+            .into_iter()
+            .map(|i| self.stripes[i].lock().unwrap_or_else(|p| p.into_inner()))
+            .collect()
+    }
+
+    fn plan(&self, target: &Target) -> Result<Plan> {
+        let mut plan = Plan {
+            payloads: Vec::new(),
+            items: Vec::new(),
+            sessions: Vec::new(),
+            usage: Vec::new(),
+            expiry_keys: Vec::new(),
+            touched: BTreeSet::new(),
+        };
+        let mut seen: HashSet<PayloadId> = HashSet::new();
+        let mut queue: VecDeque<(PayloadRecord, String)> = VecDeque::new();
+        match target {
+            Target::Payload(id) => {
+                let p = self.payload(id)?;
+                seen.insert(p.id.clone());
+                queue.push_back((p, String::new()));
+            }
+            Target::Session(id) | Target::SessionContents(id) => {
+                let s = self.session(id)?;
+                plan.touched.insert(s.id.clone());
+                for p in self.session_payloads(id)? {
+                    seen.insert(p.id.clone());
+                    queue.push_back((p, String::new()));
+                }
+                if matches!(target, Target::Session(_)) {
+                    plan.items.push(RemovedItem {
+                        kind: removed::SESSION.into(),
+                        id: s.id.to_string(),
+                        session_id: s.id.to_string(),
+                        ..Default::default()
+                    });
+                    plan.expiry_keys.push(keys::expiry(
+                        s.expires_ms,
+                        keys::EXPIRY_SESSION,
+                        s.id.as_str(),
+                    ));
+                    plan.sessions.push(s.clone());
+                }
+                if let Some(closed) = s.closed_ms {
+                    plan.expiry_keys
+                        .push(keys::expiry(closed, EXPIRY_CLOSE, s.id.as_str()));
+                }
+            }
+        }
+        while let Some((p, because)) = queue.pop_front() {
+            for child in self.derived_children(&p.id)? {
+                if seen.insert(child.id.clone()) {
+                    queue.push_back((child, format!("derived from {}", p.id)));
+                }
+            }
+            let kind = if because.is_empty() {
+                removed::PAYLOAD
+            } else if p.archive_key.is_empty() {
+                removed::DERIVED_PAYLOAD
+            } else {
+                removed::ARCHIVE_ENTRY
+            };
+            plan.touched.insert(p.session_id.clone());
+            plan.items.push(RemovedItem {
+                kind: kind.into(),
+                id: p.id.to_string(),
+                session_id: p.session_id.to_string(),
+                content_sha256: p.sha256.clone(),
+                bytes: p.size,
+                because,
+            });
+            plan.items.push(RemovedItem {
+                kind: removed::LINE_INDEX.into(),
+                id: p.id.to_string(),
+                session_id: p.session_id.to_string(),
+                ..Default::default()
+            });
+            plan.payloads.push(p);
+        }
+        for sid in &plan.touched {
+            check_hold(&self.session(sid)?)?;
+        }
+        self.plan_freed_content(&mut plan)?;
+        Ok(plan)
+    }
+
+    /// Works out which stored bytes lose their last reference, the usage
+    /// each surviving session gets back, and which cached Inspect results
+    /// go with the bytes.
+    fn plan_freed_content(&self, plan: &mut Plan) -> Result<()> {
+        let going: HashSet<&str> = plan.payloads.iter().map(|p| p.id.as_str()).collect();
+        let deleted_sessions: HashSet<&SessionId> = plan.sessions.iter().map(|s| &s.id).collect();
+        // (session, sha) → size, for each distinct content removed.
+        let mut contents: BTreeMap<(SessionId, String), u64> = BTreeMap::new();
+        let mut counts: BTreeMap<SessionId, u64> = BTreeMap::new();
+        for p in &plan.payloads {
+            contents.insert((p.session_id.clone(), p.sha256.clone()), p.size);
+            *counts.entry(p.session_id.clone()).or_default() += 1;
+        }
+        let mut freed: BTreeMap<SessionId, u64> = BTreeMap::new();
+        for ((sid, sha), size) in contents {
+            if self.content_survives(&sid, &sha, &going)? {
+                continue;
+            }
+            *freed.entry(sid.clone()).or_default() += size;
+            plan.items.push(RemovedItem {
+                kind: removed::CONTENT_BLOB.into(),
+                id: sha.clone(),
+                session_id: sid.to_string(),
+                content_sha256: sha.clone(),
+                bytes: size,
+                because: String::new(),
+            });
+            if self
+                .structure_cache()
+                .keys()
+                .any(|(s, k)| *s == sid && k.starts_with(&sha))
+            {
+                plan.items.push(RemovedItem {
+                    kind: removed::INSPECT_CACHE.into(),
+                    id: sha.clone(),
+                    session_id: sid.to_string(),
+                    content_sha256: sha,
+                    ..Default::default()
+                });
+            }
+        }
+        for (sid, n) in counts {
+            if !deleted_sessions.contains(&sid) {
+                let bytes = freed.get(&sid).copied().unwrap_or(0);
+                plan.usage.push((sid, bytes, n));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a payload not in `going` still holds these bytes.
+    fn content_survives(&self, sid: &SessionId, sha: &str, going: &HashSet<&str>) -> Result<bool> {
+        let prefix = keys::content_prefix(sid, sha);
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let page =
+                self.engine
+                    .scan_prefix(Tree::ContentIndex, &prefix, after.as_deref(), 256)?;
+            let done = page.len() < 256;
+            for (key, _) in page {
+                if !going.contains(String::from_utf8_lossy(&key[prefix.len()..]).as_ref()) {
+                    return Ok(true);
+                }
+                after = Some(key);
+            }
+            if done {
+                return Ok(false);
+            }
+        }
+    }
+
+    fn carry_out(&self, req: &Request<'_>, plan: Plan) -> Result<ReceiptRecord> {
+        let root = match &req.target {
+            Target::Payload(id) => self.payload(id)?.session_id,
+            Target::Session(s) | Target::SessionContents(s) => s.clone(),
+        };
+        let session = self.session(&root)?;
+        let mut receipt = ReceiptRecord {
+            id: ReceiptId::generate(),
+            target_id: req.target.id().to_owned(),
+            reason: req.reason.to_owned(),
+            requested_by: req.requested_by.to_owned(),
+            tenant: session.tenant.clone(),
+            owner: session.owner.clone(),
+            share_with: session.share_with.clone(),
+            deleted_ms: self.now_ms(),
+            deleted_payload_ids: plan.payloads.iter().map(|p| p.id.clone()).collect(),
+            bytes_deleted: plan.payloads.iter().map(|p| p.size).sum(),
+            content_sha256: plan.payloads.iter().map(|p| p.sha256.clone()).collect(),
+            removed: plan.items,
+            signature: String::new(),
+        };
+        receipt.signature = self
+            .receipt_key
+            .sign(&super::signing::Signed::from(&receipt));
+        let intent = DeletionIntent {
+            receipt_id: receipt.id.clone(),
+            payloads: plan.payloads,
+            sessions: plan.sessions,
+            usage: plan.usage,
+            expiry_keys: plan.expiry_keys,
+        };
+
+        // Step 2: the receipt, the tombstones and the intent, durably.
+        let mut b = Batch::new();
+        b.put(
+            Tree::Receipts,
+            receipt.id.as_str(),
+            records::encode(&receipt),
+        )
+        .put(
+            Tree::DeletionIntents,
+            receipt.id.as_str(),
+            records::encode(&intent),
+        )
+        .put(Tree::DeletedTargets, req.target.id(), receipt.id.as_str());
+        for p in &intent.payloads {
+            b.put(Tree::DeletedTargets, p.id.as_str(), receipt.id.as_str());
+        }
+        for s in &intent.sessions {
+            b.put(Tree::DeletedTargets, s.id.as_str(), receipt.id.as_str());
+        }
+        self.engine.commit(&b)?;
+        crate::faults::hit("deletion.after_intent");
+
+        // Steps 3 and 4.
+        self.remove_files(&intent)?;
+        crate::faults::hit("deletion.after_files");
+        self.commit_removal(&intent)?;
+        self.drop_cached(&intent);
+        Ok(receipt)
+    }
+
+    fn remove_files(&self, intent: &DeletionIntent) -> Result<()> {
+        let deleted: HashSet<&SessionId> = intent.sessions.iter().map(|s| &s.id).collect();
+        let mut dirs: BTreeMap<&SessionId, ()> = BTreeMap::new();
+        for p in intent
+            .payloads
+            .iter()
+            .filter(|p| !deleted.contains(&p.session_id))
+        {
+            let dir = match self.blobs.session_dir(&p.session_id) {
+                Ok(d) => d,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e.into()),
+            };
+            match dir.remove_file(&p.name) {
+                Ok(()) => {
+                    dirs.insert(&p.session_id, ());
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        for sid in dirs.keys() {
+            blobs::fsync_dir(&*self.blobs.session_dir(sid)?)?;
+        }
+        for s in &intent.sessions {
+            self.blobs.remove_session_dir(&s.id)?;
+        }
+        Ok(())
+    }
+
+    fn commit_removal(&self, intent: &DeletionIntent) -> Result<()> {
+        let mut b = Batch::new();
+        for p in &intent.payloads {
+            self.forget_payload(&mut b, p);
+        }
+        for s in &intent.sessions {
+            b.delete(Tree::Sessions, s.id.as_str()).delete(
+                Tree::TenantSessions,
+                keys::tenant_session(&s.tenant, s.created_ms, &s.id),
+            );
+        }
+        for k in &intent.expiry_keys {
+            b.delete(Tree::Expiry, k.clone());
+        }
+        for (sid, bytes, count) in &intent.usage {
+            if let Some(mut s) = self.session_opt(sid)? {
+                s.usage_bytes = s.usage_bytes.saturating_sub(*bytes);
+                s.usage_payloads = s.usage_payloads.saturating_sub(*count);
+                b.put(Tree::Sessions, sid.as_str(), records::encode(&s));
+            }
+        }
+        b.delete(Tree::DeletionIntents, intent.receipt_id.as_str());
+        self.engine.commit(&b)?;
+        Ok(())
+    }
+
+    fn drop_cached(&self, intent: &DeletionIntent) {
+        let mut cache = self.structure_cache();
+        for p in &intent.payloads {
+            if self
+                .stored_copy(&p.session_id, &p.sha256)
+                .ok()
+                .flatten()
+                .is_none()
+            {
+                cache.retain(|(s, k), _| !(*s == p.session_id && k.starts_with(&p.sha256)));
+            }
+        }
+        for s in &intent.sessions {
+            cache.retain(|(sid, _), _| *sid != s.id);
+        }
+    }
+
+    /// Every payload of a session, in creation order.
+    pub(super) fn session_payloads(&self, id: &SessionId) -> Result<Vec<PayloadRecord>> {
+        let mut out = Vec::new();
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let page = self.engine.scan_prefix(
+                Tree::SessionPayloads,
+                id.as_str().as_bytes(),
+                after.as_deref(),
+                1024,
+            )?;
+            let done = page.len() < 1024;
+            for (key, _) in page {
+                let pid = payload_id_from_listing_key(&key)?;
+                if let Some(p) = self.payload_opt(&pid)? {
+                    out.push(p);
+                }
+                after = Some(key);
+            }
+            if done {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// The live payloads derived directly from `parent`.
+    fn derived_children(&self, parent: &PayloadId) -> Result<Vec<PayloadRecord>> {
+        let prefix = parent.as_str().as_bytes();
+        let mut out = Vec::new();
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let page = self
+                .engine
+                .scan_prefix(Tree::Derived, prefix, after.as_deref(), 1024)?;
+            let done = page.len() < 1024;
+            for (key, _) in page {
+                let child = PayloadId::parse(&String::from_utf8_lossy(&key[prefix.len()..]))
+                    .map_err(|e| StoreError::Invalid(e.to_string()))?;
+                if let Some(p) = self.payload_opt(&child)? {
+                    out.push(p);
+                }
+                after = Some(key);
+            }
+            if done {
+                return Ok(out);
+            }
+        }
+    }
+}
