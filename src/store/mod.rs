@@ -1153,3 +1153,6 @@ fn decode_token(token: &str, prefix: &[u8]) -> Result<Option<Vec<u8>>> {
     key.extend_from_slice(&suffix);
     Ok(Some(key))
 }
+
+#[cfg(test)]
+mod lifecycle_tests;

@@ -1,0 +1,347 @@
+//! The store's lifecycle on both engines, with a manual clock: quotas under
+//! concurrency, propagation of deletions, the reaper's expiry index, holds,
+//! `delete_on_close`, and deletions interrupted after their intent.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::delete::{Request, Target};
+use super::engine::Tree;
+use super::records::{self, DeletionIntent, LegalHold, removed};
+use super::*;
+use crate::clock::ManualClock;
+use crate::config::EngineKind;
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+fn open(dir: &Path, engine: EngineKind, clock: &ManualClock) -> Store {
+    let settings = StoreSettings {
+        engine,
+        max_payload_bytes: 1 << 20,
+        retention: 24 * HOUR,
+        session_ttl: 48 * HOUR,
+    };
+    Store::open(dir, settings, Arc::new(clock.clone())).unwrap().0
+}
+
+fn each_engine(test: impl Fn(EngineKind)) {
+    for engine in [EngineKind::Redb, EngineKind::Sled] {
+        test(engine);
+    }
+}
+
+fn session(store: &Store) -> SessionRecord {
+    store
+        .create_session(NewSession {
+            tenant: "acme".into(),
+            owner: "alice".into(),
+            ..Default::default()
+        })
+        .unwrap()
+}
+
+fn put(store: &Store, s: &SessionId, bytes: &[u8], meta: UploadMeta) -> Result<PayloadRecord> {
+    let mut u = store.begin_upload(s, meta)?;
+    u.write(bytes)?;
+    u.finish()
+}
+
+fn derived(from: &PayloadRecord) -> UploadMeta {
+    UploadMeta {
+        derived_from: vec![from.id.clone()],
+        ..Default::default()
+    }
+}
+
+fn file_names(store: &Store, s: &SessionId) -> Vec<String> {
+    let mut names = blobs::list_names(&store.blobs.session_dir(s).unwrap()).unwrap();
+    names.sort();
+    names
+}
+
+fn kinds(r: &ReceiptRecord, kind: &str) -> Vec<String> {
+    r.removed
+        .iter()
+        .filter(|i| i.kind == kind)
+        .map(|i| i.id.clone())
+        .collect()
+}
+
+#[test]
+fn concurrent_uploads_never_overshoot_the_session_byte_quota() {
+    each_engine(|engine| {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(open(dir.path(), engine, &ManualClock::new(0)));
+        let s = session(&store);
+        let quota = Quota {
+            max_session_bytes: 10 * 100,
+            ..Default::default()
+        };
+        let results: Vec<Result<PayloadRecord>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..50)
+                .map(|i| {
+                    let (store, sid) = (store.clone(), s.id.clone());
+                    scope.spawn(move || {
+                        let body = format!("{i:0>100}");
+                        put(
+                            &store,
+                            &sid,
+                            body.as_bytes(),
+                            UploadMeta {
+                                quota,
+                                ..Default::default()
+                            },
+                        )
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let ok = results.iter().filter(|r| r.is_ok()).count();
+        assert_eq!(ok, 10, "{engine:?}: exactly the ten that fit are stored");
+        for e in results.iter().filter_map(|r| r.as_ref().err()) {
+            let StoreError::QuotaExceeded { quota, limit, .. } = e else {
+                panic!("{engine:?}: unexpected error {e}");
+            };
+            assert_eq!((*quota, *limit), ("max_session_bytes", 1000));
+        }
+        let after = store.session(&s.id).unwrap();
+        assert_eq!((after.usage_bytes, after.usage_payloads), (1000, 10));
+        assert_eq!(file_names(&store, &s.id).len(), 10, "no partial file is kept");
+    });
+}
+
+#[test]
+fn deleting_a_payload_takes_what_derives_from_it_and_the_receipt_lists_everything() {
+    each_engine(|engine| {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path(), engine, &ManualClock::new(0));
+        let s = session(&store);
+        let parent = put(&store, &s.id, b"parent bytes\n", UploadMeta::default()).unwrap();
+        let output = put(&store, &s.id, b"output\n", derived(&parent)).unwrap();
+        let grandchild = put(&store, &s.id, b"grandchild\n", derived(&output)).unwrap();
+        let archive = put(
+            &store,
+            &s.id,
+            b"archived notice\n",
+            UploadMeta {
+                archive_key: "00112233aabbccdd".into(),
+                ..derived(&parent)
+            },
+        )
+        .unwrap();
+        // A deduplicated copy keeps the bytes alive.
+        let copy = put(&store, &s.id, b"parent bytes\n", UploadMeta::default()).unwrap();
+        let bystander = put(&store, &s.id, b"unrelated\n", UploadMeta::default()).unwrap();
+
+        let r = store
+            .delete(&Request {
+                target: Target::Payload(parent.id.clone()),
+                requested_by: "alice",
+                reason: "test",
+            })
+            .unwrap();
+        assert_eq!(kinds(&r, removed::PAYLOAD), vec![parent.id.to_string()]);
+        let mut derived_ids = kinds(&r, removed::DERIVED_PAYLOAD);
+        derived_ids.sort();
+        let mut want = vec![output.id.to_string(), grandchild.id.to_string()];
+        want.sort();
+        assert_eq!(derived_ids, want);
+        assert_eq!(kinds(&r, removed::ARCHIVE_ENTRY), vec![archive.id.to_string()]);
+        assert_eq!(kinds(&r, removed::LINE_INDEX).len(), 4);
+        // The parent's bytes live on in the copy; the others' are freed.
+        let blobs = kinds(&r, removed::CONTENT_BLOB);
+        assert_eq!(blobs.len(), 3);
+        assert!(!blobs.contains(&parent.sha256));
+        assert!(store.verify_receipt(&signing::Signed::from(&r), &r.signature));
+
+        for gone in [&parent, &output, &grandchild, &archive] {
+            assert!(matches!(store.payload(&gone.id), Err(StoreError::NotFound { .. })));
+            assert_eq!(store.deletion_receipt(gone.id.as_str()).unwrap().unwrap().id, r.id);
+        }
+        let mut left = vec![copy.name.clone(), bystander.name.clone()];
+        left.sort();
+        assert_eq!(file_names(&store, &s.id), left);
+        let after = store.session(&s.id).unwrap();
+        assert_eq!(after.usage_payloads, 2);
+        assert_eq!(after.usage_bytes, copy.size + bystander.size);
+        assert!(
+            store
+                .engine
+                .scan_prefix(Tree::Derived, b"", None, 10)
+                .unwrap()
+                .is_empty()
+        );
+    });
+}
+
+#[test]
+fn derived_payloads_in_a_held_session_block_the_parents_deletion() {
+    each_engine(|engine| {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path(), engine, &ManualClock::new(0));
+        let parent_session = session(&store);
+        let child_session = session(&store);
+        let parent = put(&store, &parent_session.id, b"p\n", UploadMeta::default()).unwrap();
+        put(&store, &child_session.id, b"c\n", derived(&parent)).unwrap();
+        store
+            .set_legal_hold(
+                &child_session.id,
+                Some(LegalHold {
+                    reason: "litigation".into(),
+                    by: "carol".into(),
+                    since_ms: 0,
+                }),
+            )
+            .unwrap();
+        let err = store.delete_payload(&parent.id, "alice", "").unwrap_err();
+        let StoreError::LegalHold { session, .. } = err else {
+            panic!("expected the hold, got {err}");
+        };
+        assert_eq!(session, child_session.id);
+        assert!(store.payload(&parent.id).is_ok(), "nothing was deleted");
+    });
+}
+
+#[test]
+fn the_reaper_deletes_what_expired_skips_held_sessions_and_finds_overdue_work_after_a_restart() {
+    each_engine(|engine| {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(1_000_000);
+        let (held_id, kept_id, expired_id, expired_session) = {
+            let store = open(dir.path(), engine, &clock);
+            let s = session(&store);
+            let expired = put(&store, &s.id, b"old\n", UploadMeta::default()).unwrap();
+            let held = session(&store);
+            let held_payload = put(&store, &held.id, b"held\n", UploadMeta::default()).unwrap();
+            store
+                .set_legal_hold(
+                    &held.id,
+                    Some(LegalHold {
+                        reason: "audit".into(),
+                        by: "carol".into(),
+                        since_ms: 0,
+                    }),
+                )
+                .unwrap();
+            clock.advance(23 * HOUR);
+            let kept = put(&store, &s.id, b"new\n", UploadMeta::default()).unwrap();
+            // Nothing is due yet.
+            let step = store.reap_due(store.now_ms(), None, 64).unwrap();
+            assert!(step.receipts.is_empty());
+            (held_payload.id, kept.id, expired.id, s.id)
+        };
+        // Down for two hours: the first payloads' 24 h retention passes.
+        clock.advance(2 * HOUR);
+        let store = open(dir.path(), engine, &clock);
+        let step = store.reap_due(store.now_ms(), None, 64).unwrap();
+        assert_eq!(step.receipts.len(), 1, "{engine:?}");
+        assert_eq!(step.receipts[0].target_id, expired_id.as_str());
+        assert_eq!(step.receipts[0].requested_by, expiry::REAPER);
+        assert_eq!(step.held, 1);
+        assert!(store.payload(&held_id).is_ok());
+        assert!(store.payload(&kept_id).is_ok());
+
+        // Lifting the hold makes the held payload deletable.
+        let held_session = store.payload(&held_id).unwrap().session_id;
+        store.set_legal_hold(&held_session, None).unwrap();
+        let step = store.reap_due(store.now_ms(), None, 64).unwrap();
+        assert_eq!(step.receipts.len(), 1);
+        assert!(store.payload(&held_id).is_err());
+
+        // The session TTL (48 h) takes the session and what is left in it.
+        clock.advance(24 * HOUR);
+        let step = store.reap_due(store.now_ms(), None, 64).unwrap();
+        assert!(
+            step.receipts
+                .iter()
+                .any(|r| r.target_id == expired_session.as_str())
+        );
+        assert!(store.session(&expired_session).is_err());
+        assert!(store.payload(&kept_id).is_err());
+    });
+}
+
+#[test]
+fn closing_with_delete_on_close_deletes_the_payloads_unless_held_then_the_reaper_does() {
+    each_engine(|engine| {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path(), engine, &ManualClock::new(5_000));
+        let s = session(&store);
+        let p = put(&store, &s.id, b"x\n", UploadMeta::default()).unwrap();
+        let (closed, receipt) = store.close_session(&s.id, true).unwrap();
+        assert_eq!(closed.state, SessionState::Closed);
+        let receipt = receipt.expect("deleted at close");
+        assert_eq!(receipt.deleted_payload_ids, vec![p.id.clone()]);
+        assert!(store.payload(&p.id).is_err());
+        assert!(store.session(&s.id).is_ok(), "the closed session stays");
+
+        let held = session(&store);
+        let q = put(&store, &held.id, b"y\n", UploadMeta::default()).unwrap();
+        store
+            .set_legal_hold(
+                &held.id,
+                Some(LegalHold {
+                    reason: "r".into(),
+                    by: "carol".into(),
+                    since_ms: 0,
+                }),
+            )
+            .unwrap();
+        let (_, receipt) = store.close_session(&held.id, true).unwrap();
+        assert!(receipt.is_none());
+        assert_eq!(store.reap_due(store.now_ms(), None, 64).unwrap().held, 1);
+        assert!(store.payload(&q.id).is_ok());
+        store.set_legal_hold(&held.id, None).unwrap();
+        let step = store.reap_due(store.now_ms(), None, 64).unwrap();
+        assert_eq!(step.receipts.len(), 1);
+        assert!(store.payload(&q.id).is_err());
+        // Done: the pending entry is gone too.
+        assert!(store.reap_due(store.now_ms(), None, 64).unwrap().receipts.is_empty());
+    });
+}
+
+#[test]
+fn a_deletion_interrupted_after_its_intent_is_finished_at_the_next_open() {
+    each_engine(|engine| {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(0);
+        let (s, gone, kept) = {
+            let store = open(dir.path(), engine, &clock);
+            let s = session(&store);
+            let gone = put(&store, &s.id, b"doomed\n", UploadMeta::default()).unwrap();
+            let kept = put(&store, &s.id, b"kept\n", UploadMeta::default()).unwrap();
+            // What step 2 of a deletion writes, then a "crash" before any
+            // file goes: the intent alone.
+            let intent = DeletionIntent {
+                receipt_id: ReceiptId::generate(),
+                payloads: vec![gone.clone()],
+                sessions: vec![],
+                usage: vec![(s.id.clone(), gone.size, 1)],
+                expiry_keys: vec![],
+            };
+            store
+                .engine
+                .put(
+                    Tree::DeletionIntents,
+                    intent.receipt_id.as_str().as_bytes(),
+                    &records::encode(&intent),
+                )
+                .unwrap();
+            (s, gone, kept)
+        };
+        let settings = StoreSettings {
+            engine,
+            max_payload_bytes: 1 << 20,
+            retention: 24 * HOUR,
+            session_ttl: 48 * HOUR,
+        };
+        let (store, report) = Store::open(dir.path(), settings, Arc::new(clock)).unwrap();
+        assert_eq!(report.deletions_finished, 1);
+        assert!(report.missing_payloads.is_empty(), "finished before reconciling");
+        assert!(store.payload(&gone.id).is_err());
+        assert_eq!(file_names(&store, &s.id), vec![kept.name.clone()]);
+        let after = store.session(&s.id).unwrap();
+        assert_eq!((after.usage_bytes, after.usage_payloads), (kept.size, 1));
+    });
+}
