@@ -24,8 +24,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
-use crate::audit::{NewEvent, action};
+use crate::audit::NewEvent;
 use crate::store::Store;
+use crate::store::delete::deletion_event;
 use crate::store::expiry::{REAPER, ReapStep};
 use crate::store::records::ReceiptRecord;
 
@@ -161,36 +162,10 @@ async fn audit(store: &Arc<Store>, receipts: &[ReceiptRecord]) {
     if receipts.is_empty() {
         return;
     }
-    let events: Vec<NewEvent> = receipts.iter().map(event).collect();
+    let events: Vec<NewEvent> = receipts.iter().map(|r| deletion_event(r, REAPER)).collect();
     let store = store.clone();
     let appended = tokio::task::spawn_blocking(move || store.audit().append_all(events)).await;
     if !matches!(appended, Ok(Ok(_))) {
         tracing::error!("could not audit the reaper's deletions; their receipts are stored");
     }
 }
-
-/// The audit event of a deletion by the reaper (or any system deletion).
-pub fn event(r: &ReceiptRecord) -> NewEvent {
-    let is_session = r.target_id.starts_with(crate::ids::SessionId::PREFIX);
-    let base = NewEvent::new(if is_session {
-        action::SESSION_DELETE
-    } else {
-        action::PAYLOAD_DELETE
-    })
-    .by(REAPER_PRINCIPAL, &r.tenant);
-    let base = if is_session {
-        base.session(&r.target_id)
-    } else {
-        base.payload(&r.target_id)
-    };
-    base.detail(format!(
-        "receipt {}: {}; {} payloads, {} bytes, {} items removed",
-        r.id,
-        r.reason,
-        r.deleted_payload_ids.len(),
-        r.bytes_deleted,
-        r.removed.len()
-    ))
-}
-
-const REAPER_PRINCIPAL: &str = REAPER;

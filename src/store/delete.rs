@@ -29,7 +29,37 @@ use super::records::{
     self, DeletionIntent, PayloadRecord, ReceiptRecord, RemovedItem, SessionRecord, keys, removed,
 };
 use super::{Result, Store, StoreError, blobs, check_hold, payload_id_from_listing_key};
+use crate::audit::{NewEvent, action};
 use crate::ids::{PayloadId, ReceiptId, SessionId};
+
+/// The audit event of a deletion the server carries out on its own (the
+/// reaper, or one finished after a crash), under `principal`.
+pub fn deletion_event(r: &ReceiptRecord, principal: &str) -> NewEvent {
+    let event = NewEvent::new(if r.target_id.starts_with(SessionId::PREFIX) {
+        action::SESSION_DELETE
+    } else {
+        action::PAYLOAD_DELETE
+    })
+    .by(principal, &r.tenant);
+    let event = if r.target_id.starts_with(SessionId::PREFIX) {
+        event.session(&r.target_id)
+    } else {
+        event.payload(&r.target_id)
+    };
+    event.detail(summary(r))
+}
+
+/// A receipt in one line, for audit details: IDs and counts only.
+pub fn summary(r: &ReceiptRecord) -> String {
+    format!(
+        "receipt={} reason={:?} payloads={} bytes={} items={}",
+        r.id,
+        r.reason,
+        r.deleted_payload_ids.len(),
+        r.bytes_deleted,
+        r.removed.len()
+    )
+}
 
 /// What to delete.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -121,6 +151,13 @@ impl Store {
                 tracing::warn!(receipt_id = %intent.receipt_id, payloads = intent.payloads.len(), "finishing a deletion interrupted by a crash");
                 self.remove_files(&intent)?;
                 self.commit_removal(&intent)?;
+                // The interrupted call may not have audited it: say here
+                // that it finished (a duplicate is better than a gap).
+                let receipt = self.receipt(&intent.receipt_id)?;
+                self.audit.append(
+                    deletion_event(&receipt, &receipt.requested_by)
+                        .detail(format!("finished after a crash: {}", summary(&receipt))),
+                )?;
                 finished += 1;
             }
         }
@@ -173,8 +210,18 @@ impl Store {
                     plan.sessions.push(s.clone());
                 }
                 if let Some(closed) = s.closed_ms {
-                    plan.expiry_keys
-                        .push(keys::expiry(closed, EXPIRY_CLOSE, s.id.as_str()));
+                    let pending = keys::expiry(closed, EXPIRY_CLOSE, s.id.as_str());
+                    if matches!(target, Target::SessionContents(_))
+                        && self.engine.get(Tree::Expiry, &pending)?.is_none()
+                    {
+                        // The close's deletion is done already (the reaper
+                        // and the close may race for it).
+                        return Err(StoreError::NotFound {
+                            kind: "pending delete_on_close of session",
+                            id: s.id.to_string(),
+                        });
+                    }
+                    plan.expiry_keys.push(pending);
                 }
             }
         }

@@ -21,7 +21,9 @@ fn open(dir: &Path, engine: EngineKind, clock: &ManualClock) -> Store {
         retention: 24 * HOUR,
         session_ttl: 48 * HOUR,
     };
-    Store::open(dir, settings, Arc::new(clock.clone())).unwrap().0
+    Store::open(dir, settings, Arc::new(clock.clone()))
+        .unwrap()
+        .0
 }
 
 fn each_engine(test: impl Fn(EngineKind)) {
@@ -107,7 +109,11 @@ fn concurrent_uploads_never_overshoot_the_session_byte_quota() {
         }
         let after = store.session(&s.id).unwrap();
         assert_eq!((after.usage_bytes, after.usage_payloads), (1000, 10));
-        assert_eq!(file_names(&store, &s.id).len(), 10, "no partial file is kept");
+        assert_eq!(
+            file_names(&store, &s.id).len(),
+            10,
+            "no partial file is kept"
+        );
     });
 }
 
@@ -147,7 +153,10 @@ fn deleting_a_payload_takes_what_derives_from_it_and_the_receipt_lists_everythin
         let mut want = vec![output.id.to_string(), grandchild.id.to_string()];
         want.sort();
         assert_eq!(derived_ids, want);
-        assert_eq!(kinds(&r, removed::ARCHIVE_ENTRY), vec![archive.id.to_string()]);
+        assert_eq!(
+            kinds(&r, removed::ARCHIVE_ENTRY),
+            vec![archive.id.to_string()]
+        );
         assert_eq!(kinds(&r, removed::LINE_INDEX).len(), 4);
         // The parent's bytes live on in the copy; the others' are freed.
         let blobs = kinds(&r, removed::CONTENT_BLOB);
@@ -156,8 +165,18 @@ fn deleting_a_payload_takes_what_derives_from_it_and_the_receipt_lists_everythin
         assert!(store.verify_receipt(&signing::Signed::from(&r), &r.signature));
 
         for gone in [&parent, &output, &grandchild, &archive] {
-            assert!(matches!(store.payload(&gone.id), Err(StoreError::NotFound { .. })));
-            assert_eq!(store.deletion_receipt(gone.id.as_str()).unwrap().unwrap().id, r.id);
+            assert!(matches!(
+                store.payload(&gone.id),
+                Err(StoreError::NotFound { .. })
+            ));
+            assert_eq!(
+                store
+                    .deletion_receipt(gone.id.as_str())
+                    .unwrap()
+                    .unwrap()
+                    .id,
+                r.id
+            );
         }
         let mut left = vec![copy.name.clone(), bystander.name.clone()];
         left.sort();
@@ -297,7 +316,13 @@ fn closing_with_delete_on_close_deletes_the_payloads_unless_held_then_the_reaper
         assert_eq!(step.receipts.len(), 1);
         assert!(store.payload(&q.id).is_err());
         // Done: the pending entry is gone too.
-        assert!(store.reap_due(store.now_ms(), None, 64).unwrap().receipts.is_empty());
+        assert!(
+            store
+                .reap_due(store.now_ms(), None, 64)
+                .unwrap()
+                .receipts
+                .is_empty()
+        );
     });
 }
 
@@ -338,7 +363,10 @@ fn a_deletion_interrupted_after_its_intent_is_finished_at_the_next_open() {
         };
         let (store, report) = Store::open(dir.path(), settings, Arc::new(clock)).unwrap();
         assert_eq!(report.deletions_finished, 1);
-        assert!(report.missing_payloads.is_empty(), "finished before reconciling");
+        assert!(
+            report.missing_payloads.is_empty(),
+            "finished before reconciling"
+        );
         assert!(store.payload(&gone.id).is_err());
         assert_eq!(file_names(&store, &s.id), vec![kept.name.clone()]);
         let after = store.session(&s.id).unwrap();

@@ -497,6 +497,10 @@ impl Store {
             reason: "session closed with delete_on_close",
         }) {
             Ok(receipt) => Ok((self.session(id)?, Some(receipt))),
+            // The reaper got to it first.
+            Err(StoreError::NotFound { .. }) => {
+                Ok((self.session(id)?, self.deletion_receipt(id.as_str())?))
+            }
             // A hold placed meanwhile, or a derived payload in a held
             // session: the reaper finishes it after the release.
             Err(StoreError::LegalHold { .. }) => Ok((s, None)),

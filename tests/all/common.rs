@@ -8,6 +8,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use spillway::auth::Role;
@@ -181,6 +182,19 @@ impl Connect for ProcessServer {
     }
 }
 
+/// The configuration of an in-process test server with data under `dir`.
+pub fn test_config(dir: &Path) -> Config {
+    let mut config = Config {
+        data_dir: dir.join("data"),
+        ..Config::default()
+    };
+    config.store.engine = engine();
+    config.auth.tokens = cast_tokens();
+    config.sandbox.images_dir = images_dir();
+    config.sandbox.cache_dir = Some(compile_cache());
+    config
+}
+
 pub struct TestServer {
     pub addr: SocketAddr,
     pub dir: tempfile::TempDir,
@@ -197,25 +211,32 @@ impl TestServer {
     pub async fn start_with(adjust: impl FnOnce(&mut Config)) -> Self {
         warm_compile_cache().await;
         let dir = tempfile::tempdir().unwrap();
-        let mut config = Config {
-            data_dir: dir.path().join("data"),
-            ..Config::default()
-        };
-        config.store.engine = engine();
-        config.auth.tokens = cast_tokens();
-        config.sandbox.images_dir = images_dir();
-        config.sandbox.cache_dir = Some(compile_cache());
+        let mut config = test_config(dir.path());
         adjust(&mut config);
         Self::start_in(dir, config).await
     }
 
     pub async fn start_in(dir: tempfile::TempDir, config: Config) -> Self {
+        Self::start_clocked(dir, config, Arc::new(spillway::clock::SystemClock)).await
+    }
+
+    /// A server whose time is `clock` (a `ManualClock` moves by hand).
+    pub async fn start_clocked(
+        dir: tempfile::TempDir,
+        config: Config,
+        clock: Arc<dyn spillway::clock::Clock>,
+    ) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = oneshot::channel::<()>();
-        let handle = tokio::spawn(spillway::server::run(config.clone(), listener, async {
-            let _ = rx.await;
-        }));
+        let handle = tokio::spawn(spillway::server::run_with_clock(
+            config.clone(),
+            listener,
+            clock,
+            async {
+                let _ = rx.await;
+            },
+        ));
         let server = Self {
             addr,
             dir,
@@ -391,6 +412,16 @@ pub fn write_config(dir: &Path) -> PathBuf {
 impl ProcessServer {
     /// Starts `spillway serve` and waits until it accepts connections.
     pub async fn start(config: Option<&Path>, data_dir: &Path, log: PathBuf) -> Self {
+        Self::start_with_env(config, data_dir, log, &[]).await
+    }
+
+    /// [`ProcessServer::start`] with extra environment variables.
+    pub async fn start_with_env(
+        config: Option<&Path>,
+        data_dir: &Path,
+        log: PathBuf,
+        env: &[(&str, &str)],
+    ) -> Self {
         warm_compile_cache().await;
         let port = free_port();
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
@@ -411,6 +442,7 @@ impl ProcessServer {
         if let Some(c) = config {
             cmd.arg("--config").arg(c);
         }
+        cmd.envs(env.iter().copied());
         let child = cmd.spawn().unwrap();
         let mut server = Self { child, addr, log };
         let deadline = Instant::now() + Duration::from_secs(60);

@@ -8,6 +8,7 @@ mod common;
 mod context;
 mod crash;
 mod inspect;
+mod lifecycle;
 mod offload;
 mod payloads;
 mod policies;
