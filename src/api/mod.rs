@@ -19,7 +19,8 @@ pub mod payloads;
 pub mod policies;
 pub mod sessions;
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::Semaphore;
 use tonic::Request;
@@ -30,7 +31,8 @@ use crate::auth::{AuthError, Principal, TokenTable};
 use crate::config::Config;
 use crate::error::{ApiError, ApiResult};
 use crate::ids::SessionId;
-use crate::policy::{self, Policy};
+use crate::policy::{self, Policy, PolicyError};
+use crate::redact::{RedactCounts, Redactor};
 use crate::sandbox::Sandbox;
 use crate::store::records::{PayloadRecord, PolicyOverrides, SessionRecord};
 use crate::store::{Store, StoreError};
@@ -46,7 +48,14 @@ pub struct AppState {
     pub upload_slots: Arc<Semaphore>,
     /// Code mode.
     pub sandbox: Arc<Sandbox>,
+    /// Compiled redaction rule lists, by list (see [`AppState::redactor`]).
+    redactors: Arc<Mutex<HashMap<Vec<String>, Redactor>>>,
 }
+
+/// Most compiled rule lists [`AppState::redactor`] keeps; it starts over
+/// when full. Sessions share lists (the server's and their tenant's rules),
+/// so a few entries serve most calls.
+const REDACTOR_CACHE: usize = 256;
 
 impl AppState {
     /// Builds the state.
@@ -57,7 +66,50 @@ impl AppState {
             config,
             upload_slots,
             sandbox,
+            redactors: Arc::default(),
         }
+    }
+
+    /// The compiled form of a rule list: from the cache, or compiled on the
+    /// blocking pool (a custom regex may take milliseconds). Every level's
+    /// rules were checked when they were set, but their union may still be
+    /// refused (too many rules): then nothing is stored, and the error says
+    /// why.
+    pub async fn redactor(&self, rules: &[String]) -> ApiResult<Redactor> {
+        if rules.is_empty() {
+            return Ok(Redactor::default());
+        }
+        if let Some(r) = self.cache().get(rules) {
+            return Ok(r.clone());
+        }
+        let owned = rules.to_vec();
+        let compiled = blocking(move || {
+            Redactor::compile(&owned).map_err(|e| PolicyError::Invalid {
+                field: "policy.redact",
+                message: format!(
+                    "the effective redaction rules (server, tenant and session levels together) cannot be applied, so nothing was stored: {e}"
+                ),
+            })
+        })
+        .await?;
+        let mut cache = self.cache();
+        if cache.len() >= REDACTOR_CACHE {
+            cache.clear();
+        }
+        cache.insert(rules.to_vec(), compiled.clone());
+        Ok(compiled)
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<String>, Redactor>> {
+        // A panic while holding the lock leaves a valid map.
+        self.redactors.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The redactor of a session's effective policy, with that policy.
+    pub async fn session_redactor(&self, s: &SessionRecord) -> ApiResult<(Policy, Redactor)> {
+        let policy = self.effective_policy(s).await?;
+        let redactor = self.redactor(&policy.redact).await?;
+        Ok((policy, redactor))
     }
 
     /// Checks the caller's roles against the access table; a refusal is
@@ -307,6 +359,27 @@ pub fn ownership(s: &SessionRecord) -> SessionOwnership<'_> {
         share_with: &s.share_with,
         compliance_can_read: false,
     }
+}
+
+/// Redacts one result's bytes, keeping the buffer when nothing matched.
+pub fn redact_bytes(r: &Redactor, content: bytes::Bytes) -> (bytes::Bytes, RedactCounts) {
+    let (out, counts) = r.redact(&content);
+    let out = match out {
+        std::borrow::Cow::Borrowed(_) => None,
+        std::borrow::Cow::Owned(v) => Some(bytes::Bytes::from(v)),
+    };
+    (out.unwrap_or(content), counts)
+}
+
+/// Redaction counts for an audit detail or a log line: ` redactions=3
+/// (email=2,custom=1)`, or nothing when there were none. Rule names and
+/// counts only, never what matched.
+pub fn redaction_detail(c: &RedactCounts) -> String {
+    if c.is_empty() {
+        return String::new();
+    }
+    let by_rule: Vec<String> = c.by_rule.iter().map(|(k, n)| format!("{k}={n}")).collect();
+    format!(" redactions={} ({})", c.total, by_rule.join(","))
 }
 
 /// Runs blocking store work on the blocking pool.

@@ -196,6 +196,9 @@ pub struct UploadMeta {
     pub expected_sha256: Option<String>,
     /// Payloads this one derives from.
     pub derived_from: Vec<PayloadId>,
+    /// Redactions made before the bytes reached the store (counts only);
+    /// [`PendingUpload::set_redactions`] sets them once a stream is done.
+    pub redactions: crate::redact::RedactCounts,
 }
 
 /// A page of results and the token for the next one.
@@ -931,6 +934,12 @@ impl PendingUpload<'_> {
         Ok(())
     }
 
+    /// Records the redactions made to the bytes written (counts only), for
+    /// uploads whose counts are known only at the end of the stream.
+    pub fn set_redactions(&mut self, counts: crate::redact::RedactCounts) {
+        self.meta.redactions = counts;
+    }
+
     /// Verifies, persists and commits the payload; returns its record once
     /// durable.
     pub fn finish(mut self) -> Result<PayloadRecord> {
@@ -983,6 +992,7 @@ impl PendingUpload<'_> {
             derived_from: std::mem::take(&mut self.meta.derived_from),
             utf8: facts.utf8,
             missing: false,
+            redactions: std::mem::take(&mut self.meta.redactions),
         };
         // The same bytes already stored in this session are linked, not
         // stored again; quotas count stored bytes once.

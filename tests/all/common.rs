@@ -391,6 +391,17 @@ pub fn write_config(dir: &Path) -> PathBuf {
 impl ProcessServer {
     /// Starts `spillway serve` and waits until it accepts connections.
     pub async fn start(config: Option<&Path>, data_dir: &Path, log: PathBuf) -> Self {
+        Self::start_with_env(config, data_dir, log, &[]).await
+    }
+
+    /// [`ProcessServer::start`] with more environment variables (for
+    /// example `RUST_LOG`, which defaults to `info`).
+    pub async fn start_with_env(
+        config: Option<&Path>,
+        data_dir: &Path,
+        log: PathBuf,
+        env: &[(&str, &str)],
+    ) -> Self {
         warm_compile_cache().await;
         let port = free_port();
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
@@ -411,6 +422,7 @@ impl ProcessServer {
         if let Some(c) = config {
             cmd.arg("--config").arg(c);
         }
+        cmd.envs(env.iter().copied());
         let child = cmd.spawn().unwrap();
         let mut server = Self { child, addr, log };
         let deadline = Instant::now() + Duration::from_secs(60);
