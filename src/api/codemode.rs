@@ -118,17 +118,20 @@ impl CodeMode for CodeModeService {
             Ok(f) => f,
             Err(why) => {
                 span.record("status", "invalid_script");
-                let detail = format!(
-                    "runtime={} status=invalid_script inputs={input_count}",
-                    r.runtime
-                );
-                self.state.audit(&p, event.detail(detail)).await?;
                 let message =
                     format!("the module did not load, so nothing ran: {why}. Fix it and run again");
+                let (message, redacted) = redactor.redact_str(&message);
+                let detail = format!(
+                    "runtime={} status=invalid_script inputs={input_count}{}",
+                    r.runtime,
+                    redaction_detail(&redacted)
+                );
+                self.state.audit(&p, event.detail(detail)).await?;
                 return Ok(Response::new(proto::ExecResult {
                     status: proto::ExecStatus::InvalidScript as i32,
                     exit_code: -1,
-                    message: redactor.redact_str(&message).0.into_owned(),
+                    message: message.into_owned(),
+                    redactions: convert::redaction_map(&redacted),
                     clamped: resolved.clamped,
                     effective_limits: Some(convert::exec_limits(&resolved.limits)),
                     ..Default::default()
@@ -320,6 +323,7 @@ impl CodeModeService {
         tokio::task::spawn_blocking(move || drop(work));
 
         let reply = proto::ExecResult {
+            redactions: convert::redaction_map(&redacted),
             status: status_of(verdict.status) as i32,
             exit_code: verdict.exit_code,
             stdout,

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use tonic::{Request, Response, Status};
 use tracing::instrument;
 
-use super::{AppState, blocking, principal, redaction_detail};
+use super::{AppState, blocking, convert, principal, redaction_detail};
 use crate::audit::{NewEvent, action};
 use crate::auth::access::Rpc;
 use crate::context::compact::{self, Archive, ArchiveInfo, CompactSettings};
@@ -341,6 +341,7 @@ impl Context for ContextService {
                 budget_offloaded: report.budget_offloaded,
                 chars_saved: report.chars_saved,
                 archived_keys: report.archived_keys,
+                redactions: convert::redaction_map(&redacted),
             }),
             repair: Some(repair_report(repaired)),
         }))

@@ -385,6 +385,7 @@ async fn no_secret_reaches_storage_replies_logs_or_audit_and_counts_are_recorded
     keep(&compacted);
     let report = compacted.report.clone().unwrap();
     assert_eq!(report.archived_keys.len(), 1, "{report:?}");
+    assert_eq!(report.redactions, each(4));
     let recalled = context
         .recall(proto::RecallRequest {
             session_id: sid.clone(),
@@ -448,6 +449,7 @@ async fn no_secret_reaches_storage_replies_logs_or_audit_and_counts_are_recorded
         .await?
         .into_inner();
     keep(&printed);
+    assert_eq!(printed.redactions.values().sum::<u64>(), 3, "{printed:?}");
     assert!(
         printed
             .stdout
@@ -464,6 +466,7 @@ async fn no_secret_reaches_storage_replies_logs_or_audit_and_counts_are_recorded
     keep(&written);
     assert_eq!(written.outputs.len(), 1, "{written:?}");
     assert_eq!(written.outputs[0].redactions, each(1));
+    assert_eq!(written.redactions, each(1));
 
     // Read, Search and Inspect see only redacted bytes.
     let mut payloads = server.payloads(ALICE).await;
