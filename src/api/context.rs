@@ -406,3 +406,45 @@ impl Context for ContextService {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_are_redacted_and_counted_by_their_new_recall_key() {
+        let r = Redactor::compile(&["builtin:email".to_owned()]).unwrap();
+        let result = |content: &str| {
+            Block::ToolResult(model::ToolResult {
+                tool_use_id: "t".into(),
+                content: content.into(),
+                is_error: false,
+                error_code: String::new(),
+                tool_name: "read".into(),
+            })
+        };
+        let mut messages = vec![
+            Message {
+                role: Role::User,
+                blocks: vec![Block::Text("mail me at a@b.io".into())],
+            },
+            Message {
+                role: Role::Tool,
+                blocks: vec![result("from a@b.io to c@d.io"), result("clean")],
+            },
+        ];
+        let (total, by_key) = redact_results(&mut messages, &r);
+        assert_eq!(total.get("email"), 2);
+        let Block::ToolResult(t) = &messages[1].blocks[0] else {
+            unreachable!()
+        };
+        assert_eq!(t.content, "from [REDACTED:email] to [REDACTED:email]");
+        assert_eq!(by_key.len(), 1);
+        assert_eq!(by_key[&compact::recall_key(&t.content)].total, 2);
+        // Only tool output is redacted.
+        assert_eq!(
+            messages[0].blocks[0],
+            Block::Text("mail me at a@b.io".into())
+        );
+    }
+}

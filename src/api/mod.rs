@@ -435,3 +435,35 @@ pub fn page_size(requested: u32, max: u32) -> usize {
     let size = if requested == 0 { 100 } else { requested };
     size.min(max) as usize
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn redactor(rules: &[&str]) -> Redactor {
+        let rules: Vec<String> = rules.iter().map(|r| (*r).to_owned()).collect();
+        Redactor::compile(&rules).unwrap()
+    }
+
+    #[test]
+    fn redaction_details_name_rules_and_counts_only() {
+        let r = redactor(&["builtin:email", "sk-[0-9]{4}"]);
+        let (_, counts) = r.redact(b"a@b.io sk-1234 c@d.io");
+        assert_eq!(
+            redaction_detail(&counts),
+            " redactions=3 (custom=1,email=2)"
+        );
+        assert_eq!(redaction_detail(&RedactCounts::default()), "");
+    }
+
+    #[test]
+    fn unchanged_results_keep_their_buffer() {
+        let r = redactor(&["builtin:email"]);
+        let clean = bytes::Bytes::from_static(b"nothing to see");
+        let (out, counts) = redact_bytes(&r, clean.clone());
+        assert!(counts.is_empty());
+        assert_eq!(out.as_ptr(), clean.as_ptr(), "not copied");
+        let (out, counts) = redact_bytes(&r, bytes::Bytes::from_static(b"mail a@b.io"));
+        assert_eq!((&out[..], counts.total), (&b"mail [REDACTED:email]"[..], 1));
+    }
+}
