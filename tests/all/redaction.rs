@@ -585,3 +585,57 @@ async fn no_secret_reaches_storage_replies_logs_or_audit_and_counts_are_recorded
     }
     Ok(())
 }
+
+/// Each level's rules are checked when set, but a tenant policy set later
+/// may push an existing session's union over the limit: then its writes
+/// are refused, never stored unredacted.
+#[tokio::test]
+async fn writes_are_refused_when_the_rule_union_outgrows_the_limit() -> anyhow::Result<()> {
+    let server = TestServer::start().await;
+    let session = server
+        .sessions(ALICE)
+        .await
+        .create_session(proto::CreateSessionRequest {
+            policy: Some(proto::Policy {
+                redact: (0..60).map(|i| format!("x{i}y")).collect(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    PoliciesClient::with_interceptor(server.channel().await, Bearer(Some(ADMIN.into())))
+        .set_policy(proto::SetPolicyRequest {
+            tenant: "acme".into(),
+            policy: Some(proto::Policy {
+                redact: (0..5).map(|i| format!("z{i}z")).collect(),
+                ..Default::default()
+            }),
+        })
+        .await?;
+    let mut payloads = server.payloads(ALICE).await;
+    let err = upload(&mut payloads, header(&session.id, "a.txt"), b"x1y")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert!(
+        err.message().contains("policy.redact") && err.message().contains("nothing was stored"),
+        "{err:?}"
+    );
+    let err = payloads
+        .offload(proto::OffloadRequest {
+            session_id: session.id.clone(),
+            turn: 1,
+            results: vec![proto::ToolResult {
+                tool_call_id: "c".into(),
+                content: b"x1y".to_vec().into(),
+                ..Default::default()
+            }],
+            settings: None,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert!(session_files(&server.data_dir(), &session.id).is_empty());
+    Ok(())
+}
