@@ -12,12 +12,13 @@ use std::io::Read as _;
 use tonic::{Request, Response, Status};
 use tracing::instrument;
 
-use super::{AppState, blocking, convert, principal};
+use super::{AppState, blocking, convert, principal, redact_bytes, redaction_detail};
 use crate::audit::{NewEvent, action};
 use crate::auth::access::Rpc;
 use crate::error::{ApiError, ApiResult};
 use crate::ids::PayloadId;
 use crate::proto::{self, code_mode_server::CodeMode};
+use crate::redact::{RedactCounts, Redactor};
 use crate::sandbox::limits::{self, ExecLimits};
 use crate::sandbox::outcome::{self, INVALID_SCRIPT_MARKER, Status as ExecStatus};
 use crate::sandbox::workdir::ExecInput;
@@ -56,7 +57,7 @@ impl CodeMode for CodeModeService {
         let span = tracing::Span::current();
         span.record("session_id", tracing::field::display(&session.id));
         span.record("runtime", r.runtime.as_str());
-        let policy = self.state.effective_policy(&session).await?;
+        let (policy, redactor) = self.state.session_redactor(&session).await?;
         if !policy.allow_exec {
             let denied = ApiError::Denied(
                 "code mode is disabled by this session's policy (allow_exec = false); use Read, Search and Inspect instead, or ask compliance to allow exec".into(),
@@ -117,17 +118,20 @@ impl CodeMode for CodeModeService {
             Ok(f) => f,
             Err(why) => {
                 span.record("status", "invalid_script");
+                let message =
+                    format!("the module did not load, so nothing ran: {why}. Fix it and run again");
+                let (message, redacted) = redactor.redact_str(&message);
                 let detail = format!(
-                    "runtime={} status=invalid_script inputs={input_count}",
-                    r.runtime
+                    "runtime={} status=invalid_script inputs={input_count}{}",
+                    r.runtime,
+                    redaction_detail(&redacted)
                 );
                 self.state.audit(&p, event.detail(detail)).await?;
                 return Ok(Response::new(proto::ExecResult {
                     status: proto::ExecStatus::InvalidScript as i32,
                     exit_code: -1,
-                    message: format!(
-                        "the module did not load, so nothing ran: {why}. Fix it and run again"
-                    ),
+                    message: message.into_owned(),
+                    redactions: convert::redaction_map(&redacted),
                     clamped: resolved.clamped,
                     effective_limits: Some(convert::exec_limits(&resolved.limits)),
                     ..Default::default()
@@ -143,7 +147,7 @@ impl CodeMode for CodeModeService {
             sandbox.scratch_limit(),
         );
         span.record("status", tracing::field::debug(verdict.status));
-        let reply = self
+        let (reply, redacted) = self
             .keep(
                 &session,
                 &r.runtime,
@@ -152,9 +156,10 @@ impl CodeMode for CodeModeService {
                 finished,
                 verdict,
                 resolved,
+                redactor,
             )
             .await?;
-        let detail = exec_detail(&r.runtime, input_count, &reply);
+        let detail = exec_detail(&r.runtime, input_count, &reply, &redacted);
         self.state.audit(&p, event.detail(detail)).await?;
         Ok(Response::new(reply))
     }
@@ -184,7 +189,10 @@ impl CodeMode for CodeModeService {
 
 impl CodeModeService {
     /// Turns a finished run into the reply: stdout inline or offloaded,
-    /// outputs kept or mentioned.
+    /// outputs kept or mentioned. Everything the script produced (stdout,
+    /// stderr, `/out` files and their names, the message that names them)
+    /// is redacted before it is stored or returned; also returns the counts,
+    /// over all of it.
     #[allow(clippy::too_many_arguments)]
     async fn keep(
         &self,
@@ -195,7 +203,8 @@ impl CodeModeService {
         finished: Finished,
         verdict: outcome::Verdict,
         resolved: limits::Resolved,
-    ) -> ApiResult<proto::ExecResult> {
+        redactor: Redactor,
+    ) -> ApiResult<(proto::ExecResult, RedactCounts)> {
         let out = &finished.outcome;
         let mut message = verdict.message;
         let mut stderr = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -203,6 +212,12 @@ impl CodeModeService {
             && let Some(rest) = stderr.strip_prefix(INVALID_SCRIPT_MARKER)
         {
             stderr = rest.trim_start_matches('\n').to_owned();
+        }
+        let mut redacted = RedactCounts::default();
+        let (text, counts) = redactor.redact_str(&stderr);
+        if !counts.is_empty() {
+            stderr = text.into_owned();
+            redacted.add(&counts);
         }
         let stdout_bytes = out.stdout.len() as u64;
         if std::str::from_utf8(&out.stdout).is_err() {
@@ -217,9 +232,14 @@ impl CodeModeService {
         let sid = session.id.clone();
         let open = session.state == SessionState::Open;
         let tool_name = format!("exec:{runtime}");
-        let content = out.stdout.clone();
+        let (content, counts) = {
+            let (content, r) = (out.stdout.clone(), redactor.clone());
+            blocking(move || Ok::<_, ApiError>(redact_bytes(&r, content))).await?
+        };
+        redacted.add(&counts);
         let derived = inputs.clone();
         let offloaded = if open && !content.is_empty() {
+            let content = content.clone();
             blocking(move || {
                 let settings =
                     crate::offload::Settings::resolve(&config.offload, &Default::default())?;
@@ -230,6 +250,7 @@ impl CodeModeService {
                     content_type: String::new(),
                     is_error: false,
                     derived_from: derived,
+                    redactions: counts,
                 };
                 crate::offload::offload_turn(&store, &sid, vec![result], &settings, 1, quota)
             })
@@ -241,7 +262,7 @@ impl CodeModeService {
         let (mut stdout, stdout_payload) = match offloaded {
             Some(o) if o.payload.is_some() => (o.content, o.payload.as_ref().map(convert::payload)),
             // Only inline stdout is copied into a string.
-            _ => (String::from_utf8_lossy(&out.stdout).into_owned(), None),
+            _ => (String::from_utf8_lossy(&content).into_owned(), None),
         };
         // A closed session cannot take the offloaded copy: return what fits
         // in a reply, and say so.
@@ -272,10 +293,14 @@ impl CodeModeService {
             let store = self.state.store.clone();
             let sid = session.id.clone();
             let runtime = runtime.to_owned();
+            let r = redactor.clone();
             let kept = blocking(move || {
-                keep_outputs_as_payloads(&store, &sid, &runtime, files, &inputs, quota)
+                keep_outputs_as_payloads(&store, &sid, &runtime, files, &inputs, &r, quota)
             })
             .await?;
+            for p in &kept {
+                redacted.add(&p.redactions);
+            }
             outputs = kept.iter().map(convert::payload).collect();
         } else if !files.is_empty() {
             let names: Vec<&str> = files.iter().map(|f| f.name.as_str()).collect();
@@ -288,11 +313,18 @@ impl CodeModeService {
         if !skipped.is_empty() {
             message.push_str(&format!("; not kept from /out: {}", skipped.join(", ")));
         }
+        // `/out` names come from the script.
+        let (text, counts) = redactor.redact_str(&message);
+        if !counts.is_empty() {
+            message = text.into_owned();
+            redacted.add(&counts);
+        }
         // Removing the exec directory is file-system work: off the RPC threads.
         let work = finished.work;
         tokio::task::spawn_blocking(move || drop(work));
 
-        Ok(proto::ExecResult {
+        let reply = proto::ExecResult {
+            redactions: convert::redaction_map(&redacted),
             status: status_of(verdict.status) as i32,
             exit_code: verdict.exit_code,
             stdout,
@@ -314,14 +346,21 @@ impl CodeModeService {
             }),
             clamped: resolved.clamped,
             effective_limits: Some(convert::exec_limits(&resolved.limits)),
-        })
+        };
+        Ok((reply, redacted))
     }
 }
 
 /// What the audit log says of a run: the runtime, the status, the exit
-/// code, how many inputs, and the IDs of what it stored. Never the script,
-/// its arguments or its output.
-fn exec_detail(runtime: &str, inputs: usize, r: &proto::ExecResult) -> String {
+/// code, how many inputs, the IDs of what it stored, and how many
+/// redactions its output needed (per rule). Never the script, its arguments
+/// or its output.
+fn exec_detail(
+    runtime: &str,
+    inputs: usize,
+    r: &proto::ExecResult,
+    redacted: &RedactCounts,
+) -> String {
     let status = proto::ExecStatus::try_from(r.status)
         .map(|s| s.as_str_name())
         .unwrap_or("EXEC_STATUS_UNSPECIFIED")
@@ -338,6 +377,7 @@ fn exec_detail(runtime: &str, inputs: usize, r: &proto::ExecResult) -> String {
         let ids: Vec<&str> = r.outputs.iter().map(|p| p.id.as_str()).collect();
         detail.push_str(&format!(" outputs={}", ids.join(",")));
     }
+    detail.push_str(&redaction_detail(redacted));
     detail
 }
 
@@ -459,21 +499,26 @@ fn too_many_inputs(n: usize) -> ApiError {
     ))
 }
 
-/// Stores the files of `/out` as payloads derived from the inputs.
+/// Stores the files of `/out` as payloads derived from the inputs, each
+/// redacted as a stream (in bounded memory), its name too.
 fn keep_outputs_as_payloads(
     store: &Store,
     session: &crate::ids::SessionId,
     runtime: &str,
     files: Vec<crate::sandbox::workdir::OutFile>,
     inputs: &[PayloadId],
+    redactor: &Redactor,
     quota: crate::store::Quota,
 ) -> Result<Vec<PayloadRecord>, StoreError> {
     let mut kept = Vec::new();
+    let mut buf = vec![0u8; 1 << 16];
+    let mut out = Vec::new();
     for mut f in files.into_iter().take(MAX_OUTPUTS) {
+        let (name, name_counts) = redactor.redact_str(&f.name);
         let mut upload = store.begin_upload(
             session,
             UploadMeta {
-                name: f.name.clone(),
+                name: name.into_owned(),
                 content_type: String::new(),
                 tool_name: format!("exec:{runtime}"),
                 tool_call_id: String::new(),
@@ -482,16 +527,24 @@ fn keep_outputs_as_payloads(
                 derived_from: inputs.to_vec(),
                 archive_key: String::new(),
                 quota,
+                redactions: RedactCounts::default(),
             },
         )?;
-        let mut buf = vec![0u8; 1 << 16];
+        let mut stream = redactor.stream();
         loop {
             let n = f.file.read(&mut buf)?;
             if n == 0 {
                 break;
             }
-            upload.write(&buf[..n])?;
+            out.clear();
+            stream.push(&buf[..n], &mut out);
+            upload.write(&out)?;
         }
+        out.clear();
+        let mut counts = stream.finish(&mut out);
+        upload.write(&out)?;
+        counts.add(&name_counts);
+        upload.set_redactions(counts);
         kept.push(upload.finish()?);
     }
     Ok(kept)
@@ -525,8 +578,15 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            exec_detail("jq", 2, &r),
+            exec_detail("jq", 2, &r, &RedactCounts::default()),
             "runtime=jq status=exit_nonzero exit_code=3 inputs=2 stdout_payload=pl_a outputs=pl_b,pl_c"
+        );
+        let (_, counts) = Redactor::compile(&["builtin:email".into()])
+            .unwrap()
+            .redact(b"a@b.io c@d.io");
+        assert_eq!(
+            exec_detail("jq", 0, &proto::ExecResult::default(), &counts),
+            "runtime=jq status=unspecified exit_code=0 inputs=0 redactions=2 (email=2)"
         );
     }
 

@@ -1,9 +1,11 @@
 //! `spillway.v1.Context`: RepairHistory, CompactHistory, Recall.
 
+use std::collections::HashMap;
+
 use tonic::{Request, Response, Status};
 use tracing::instrument;
 
-use super::{AppState, blocking, principal};
+use super::{AppState, blocking, convert, principal, redaction_detail};
 use crate::audit::{NewEvent, action};
 use crate::auth::access::Rpc;
 use crate::context::compact::{self, Archive, ArchiveInfo, CompactSettings};
@@ -12,6 +14,7 @@ use crate::context::repair::{self, RepairReport};
 use crate::error::ApiError;
 use crate::ids::PayloadId;
 use crate::proto::{self, block, context_server::Context};
+use crate::redact::{RedactCounts, Redactor};
 use crate::store::read::ReadSpec;
 use crate::store::records::SessionRecord;
 use crate::store::{Quota, Store, StoreError, UploadMeta};
@@ -35,11 +38,14 @@ impl ContextService {
 /// Archives originals as payloads of the session, found again by recall key.
 /// An archived result that names payloads (an offload notice does) is
 /// recorded as derived from them, so deleting a payload deletes its
-/// archived notices too.
+/// archived notices too. Originals arrive redacted (see [`redact_results`]);
+/// `redactions` holds the counts of each redacted one, by its recall key,
+/// for the payload's record.
 struct StoreArchive<'a> {
     store: &'a Store,
     session: &'a SessionRecord,
     quota: Quota,
+    redactions: HashMap<String, RedactCounts>,
 }
 
 /// Payload IDs an archived result may name and be recorded as derived from.
@@ -126,6 +132,7 @@ impl Archive for StoreArchive<'_> {
                 derived_from,
                 archive_key: key.to_owned(),
                 quota: self.quota,
+                redactions: self.redactions.get(key).cloned().unwrap_or_default(),
                 ..Default::default()
             },
         )?;
@@ -133,6 +140,38 @@ impl Archive for StoreArchive<'_> {
         upload.finish()?;
         Ok(compact::describe(key, content))
     }
+}
+
+/// Redacts the content of every tool result in place, before anything reads
+/// it: what is archived, previewed and returned is the redacted text, and
+/// recall keys are those of the redacted text (so Recall finds what was
+/// stored). Returns the total, and the counts of each changed result by its
+/// new recall key.
+fn redact_results(
+    messages: &mut [Message],
+    redactor: &Redactor,
+) -> (RedactCounts, HashMap<String, RedactCounts>) {
+    let mut total = RedactCounts::default();
+    let mut by_key = HashMap::new();
+    if redactor.is_empty() {
+        return (total, by_key);
+    }
+    for block in messages.iter_mut().flat_map(|m| m.blocks.iter_mut()) {
+        let Block::ToolResult(r) = block else {
+            continue;
+        };
+        let (text, counts) = redactor.redact_str(&r.content);
+        if counts.is_empty() {
+            continue;
+        }
+        r.content = text.into_owned();
+        total.add(&counts);
+        by_key
+            .entry(compact::recall_key(&r.content))
+            .or_insert_with(RedactCounts::default)
+            .add(&counts);
+    }
+    (total, by_key)
 }
 
 /// Messages from the wire, validated.
@@ -266,8 +305,18 @@ impl Context for ContextService {
         let p = principal(&req)?;
         self.state.authorize(&p, Rpc::RepairHistory).await?;
         let messages = messages_from_proto(req.into_inner().messages)?;
-        let (messages, report) =
-            blocking(move || Ok::<_, ApiError>(repair::repair(messages))).await?;
+        // No session here: the server's and the caller's tenant's rules.
+        let tenant = self.state.tenant_policy(&p.tenant).await?;
+        let rules =
+            crate::policy::effective(&self.state.server_policy(), &tenant, &Default::default())
+                .redact;
+        let redactor = self.state.redactor(&rules).await?;
+        let (messages, report) = blocking(move || {
+            let mut messages = messages;
+            redact_results(&mut messages, &redactor);
+            Ok::<_, ApiError>(repair::repair(messages))
+        })
+        .await?;
         Ok(Response::new(proto::RepairHistoryResponse {
             messages: messages_to_proto(messages),
             report: Some(repair_report(report)),
@@ -302,15 +351,20 @@ impl Context for ContextService {
             r.current_turn
         };
         let quota = AppState::quota(&self.state.effective_policy(&session).await?);
+        let (_, redactor) = self.state.session_redactor(&session).await?;
         let store = self.state.store.clone();
         let sid = session.id.clone();
-        let (messages, repaired, report) = blocking(move || {
+        let (messages, repaired, report, redacted) = blocking(move || {
+            let mut messages = messages;
+            let (redacted, redactions) = redact_results(&mut messages, &redactor);
             let mut archive = StoreArchive {
                 store: &store,
                 session: &session,
                 quota,
+                redactions,
             };
             compact::compact(messages, current_turn, &settings, &mut archive)
+                .map(|(m, repaired, report)| (m, repaired, report, redacted))
         })
         .await?;
         self.state
@@ -319,12 +373,13 @@ impl Context for ContextService {
                 NewEvent::new(action::HISTORY_COMPACT)
                     .session(&sid)
                     .detail(format!(
-                        "archived={} truncated={} summarized={} budget_offloaded={} chars_saved={}",
+                        "archived={} truncated={} summarized={} budget_offloaded={} chars_saved={}{}",
                         report.archived_keys.len(),
                         report.truncated,
                         report.summarized,
                         report.budget_offloaded,
-                        report.chars_saved
+                        report.chars_saved,
+                        redaction_detail(&redacted)
                     )),
             )
             .await?;
@@ -341,6 +396,7 @@ impl Context for ContextService {
                 budget_offloaded: report.budget_offloaded,
                 chars_saved: report.chars_saved,
                 archived_keys: report.archived_keys,
+                redactions: convert::redaction_map(&redacted),
             }),
             repair: Some(repair_report(repaired)),
         }))
@@ -403,5 +459,47 @@ impl Context for ContextService {
             content: found.1,
             payload_id: found.0,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_are_redacted_and_counted_by_their_new_recall_key() {
+        let r = Redactor::compile(&["builtin:email".to_owned()]).unwrap();
+        let result = |content: &str| {
+            Block::ToolResult(model::ToolResult {
+                tool_use_id: "t".into(),
+                content: content.into(),
+                is_error: false,
+                error_code: String::new(),
+                tool_name: "read".into(),
+            })
+        };
+        let mut messages = vec![
+            Message {
+                role: Role::User,
+                blocks: vec![Block::Text("mail me at a@b.io".into())],
+            },
+            Message {
+                role: Role::Tool,
+                blocks: vec![result("from a@b.io to c@d.io"), result("clean")],
+            },
+        ];
+        let (total, by_key) = redact_results(&mut messages, &r);
+        assert_eq!(total.get("email"), 2);
+        let Block::ToolResult(t) = &messages[1].blocks[0] else {
+            unreachable!()
+        };
+        assert_eq!(t.content, "from [REDACTED:email] to [REDACTED:email]");
+        assert_eq!(by_key.len(), 1);
+        assert_eq!(by_key[&compact::recall_key(&t.content)].total, 2);
+        // Only tool output is redacted.
+        assert_eq!(
+            messages[0].blocks[0],
+            Block::Text("mail me at a@b.io".into())
+        );
     }
 }

@@ -173,7 +173,13 @@ pub fn payload(p: &PayloadRecord) -> proto::Payload {
         created_at: Some(timestamp(p.created_ms)),
         expires_at: Some(timestamp(p.expires_ms)),
         derived_from: p.derived_from.iter().map(ToString::to_string).collect(),
+        redactions: redaction_map(&p.redactions),
     }
+}
+
+/// Redaction counts as the messages carry them: per rule name.
+pub fn redaction_map(c: &crate::redact::RedactCounts) -> std::collections::HashMap<String, u64> {
+    c.by_rule.iter().map(|(k, v)| (k.clone(), *v)).collect()
 }
 
 pub fn receipt(r: &ReceiptRecord) -> proto::DeletionReceipt {

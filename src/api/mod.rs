@@ -19,7 +19,8 @@ pub mod payloads;
 pub mod policies;
 pub mod sessions;
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::Semaphore;
 use tonic::Request;
@@ -30,7 +31,8 @@ use crate::auth::{AuthError, Principal, TokenTable};
 use crate::config::Config;
 use crate::error::{ApiError, ApiResult};
 use crate::ids::SessionId;
-use crate::policy::{self, Policy};
+use crate::policy::{self, Policy, PolicyError};
+use crate::redact::{RedactCounts, Redactor};
 use crate::sandbox::Sandbox;
 use crate::store::records::{PayloadRecord, PolicyOverrides, SessionRecord};
 use crate::store::{Store, StoreError};
@@ -48,7 +50,14 @@ pub struct AppState {
     pub sandbox: Arc<Sandbox>,
     /// Wakes the reaper when a hold is lifted.
     pub reaper: crate::reaper::ReaperHandle,
+    /// Compiled redaction rule lists, by list (see [`AppState::redactor`]).
+    redactors: Arc<Mutex<HashMap<Vec<String>, Redactor>>>,
 }
+
+/// Most compiled rule lists [`AppState::redactor`] keeps; it starts over
+/// when full. Sessions share lists (the server's and their tenant's rules),
+/// so a few entries serve most calls.
+const REDACTOR_CACHE: usize = 256;
 
 impl AppState {
     /// Builds the state.
@@ -65,7 +74,50 @@ impl AppState {
             upload_slots,
             sandbox,
             reaper,
+            redactors: Arc::default(),
         }
+    }
+
+    /// The compiled form of a rule list: from the cache, or compiled on the
+    /// blocking pool (a custom regex may take milliseconds). Every level's
+    /// rules were checked when they were set, but their union may still be
+    /// refused (too many rules): then nothing is stored, and the error says
+    /// why.
+    pub async fn redactor(&self, rules: &[String]) -> ApiResult<Redactor> {
+        if rules.is_empty() {
+            return Ok(Redactor::default());
+        }
+        if let Some(r) = self.cache().get(rules) {
+            return Ok(r.clone());
+        }
+        let owned = rules.to_vec();
+        let compiled = blocking(move || {
+            Redactor::compile(&owned).map_err(|e| PolicyError::Invalid {
+                field: "policy.redact",
+                message: format!(
+                    "the effective redaction rules (server, tenant and session levels together) cannot be applied, so nothing was stored: {e}"
+                ),
+            })
+        })
+        .await?;
+        let mut cache = self.cache();
+        if cache.len() >= REDACTOR_CACHE {
+            cache.clear();
+        }
+        cache.insert(rules.to_vec(), compiled.clone());
+        Ok(compiled)
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<String>, Redactor>> {
+        // A panic while holding the lock leaves a valid map.
+        self.redactors.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The redactor of a session's effective policy, with that policy.
+    pub async fn session_redactor(&self, s: &SessionRecord) -> ApiResult<(Policy, Redactor)> {
+        let policy = self.effective_policy(s).await?;
+        let redactor = self.redactor(&policy.redact).await?;
+        Ok((policy, redactor))
     }
 
     /// Checks the caller's roles against the access table; a refusal is
@@ -326,6 +378,27 @@ pub fn ownership(s: &SessionRecord) -> SessionOwnership<'_> {
     }
 }
 
+/// Redacts one result's bytes, keeping the buffer when nothing matched.
+pub fn redact_bytes(r: &Redactor, content: bytes::Bytes) -> (bytes::Bytes, RedactCounts) {
+    let (out, counts) = r.redact(&content);
+    let out = match out {
+        std::borrow::Cow::Borrowed(_) => None,
+        std::borrow::Cow::Owned(v) => Some(bytes::Bytes::from(v)),
+    };
+    (out.unwrap_or(content), counts)
+}
+
+/// Redaction counts for an audit detail or a log line: ` redactions=3
+/// (email=2,custom=1)`, or nothing when there were none. Rule names and
+/// counts only, never what matched.
+pub fn redaction_detail(c: &RedactCounts) -> String {
+    if c.is_empty() {
+        return String::new();
+    }
+    let by_rule: Vec<String> = c.by_rule.iter().map(|(k, n)| format!("{k}={n}")).collect();
+    format!(" redactions={} ({})", c.total, by_rule.join(","))
+}
+
 /// Runs blocking store work on the blocking pool.
 pub async fn blocking<T, E>(f: impl FnOnce() -> Result<T, E> + Send + 'static) -> ApiResult<T>
 where
@@ -378,4 +451,36 @@ impl tonic::service::Interceptor for Authenticator {
 pub fn page_size(requested: u32, max: u32) -> usize {
     let size = if requested == 0 { 100 } else { requested };
     size.min(max) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn redactor(rules: &[&str]) -> Redactor {
+        let rules: Vec<String> = rules.iter().map(|r| (*r).to_owned()).collect();
+        Redactor::compile(&rules).unwrap()
+    }
+
+    #[test]
+    fn redaction_details_name_rules_and_counts_only() {
+        let r = redactor(&["builtin:email", "sk-[0-9]{4}"]);
+        let (_, counts) = r.redact(b"a@b.io sk-1234 c@d.io");
+        assert_eq!(
+            redaction_detail(&counts),
+            " redactions=3 (custom=1,email=2)"
+        );
+        assert_eq!(redaction_detail(&RedactCounts::default()), "");
+    }
+
+    #[test]
+    fn unchanged_results_keep_their_buffer() {
+        let r = redactor(&["builtin:email"]);
+        let clean = bytes::Bytes::from_static(b"nothing to see");
+        let (out, counts) = redact_bytes(&r, clean.clone());
+        assert!(counts.is_empty());
+        assert_eq!(out.as_ptr(), clean.as_ptr(), "not copied");
+        let (out, counts) = redact_bytes(&r, bytes::Bytes::from_static(b"mail a@b.io"));
+        assert_eq!((&out[..], counts.total), (&b"mail [REDACTED:email]"[..], 1));
+    }
 }

@@ -7,7 +7,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::instrument;
 
-use super::{AppState, blocking, convert, page_size, principal};
+use super::{AppState, blocking, convert, page_size, principal, redact_bytes, redaction_detail};
 use crate::audit::{NewEvent, action};
 use crate::auth::access::Rpc;
 use crate::error::{ApiError, map_decode_status};
@@ -60,6 +60,13 @@ fn header_meta(h: &proto::UploadHeader) -> Result<UploadMeta, ApiError> {
             )));
         }
     }
+    let hash = &h.expected_sha256;
+    let is_hex = hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit());
+    if !hash.is_empty() && !is_hex {
+        return Err(ApiError::BadRequest(
+            "header.expected_sha256 must be 64 hex digits: the SHA-256 of the bytes sent".into(),
+        ));
+    }
     Ok(UploadMeta {
         name: h.name.clone(),
         content_type: h.content_type.clone(),
@@ -70,6 +77,7 @@ fn header_meta(h: &proto::UploadHeader) -> Result<UploadMeta, ApiError> {
         derived_from: Vec::new(),
         archive_key: String::new(),
         quota: crate::store::Quota::default(),
+        redactions: Default::default(),
     })
 }
 
@@ -93,6 +101,7 @@ fn to_proto_outcome(o: crate::offload::Outcome) -> proto::OffloadOutcome {
         preview: o.preview,
         content_tokens: o.content_tokens,
         estimate_is_lower_bound: o.estimate.lower_bound,
+        redactions: convert::redaction_map(&o.redactions),
     }
 }
 
@@ -116,6 +125,7 @@ impl Payloads for PayloadsService {
             .await?;
         tracing::Span::current().record("session_id", tracing::field::display(&session.id));
         tracing::Span::current().record("results", r.results.len());
+        let (_, redactor) = self.state.session_redactor(&session).await?;
         let overrides = r.settings.map(|s| crate::offload::Overrides {
             per_call_tokens: s.per_call_tokens,
             aggregate_tokens: s.aggregate_tokens,
@@ -151,6 +161,7 @@ impl Payloads for PayloadsService {
                 content_type: t.content_type,
                 is_error: t.is_error,
                 derived_from: Vec::new(),
+                redactions: Default::default(),
             })
             .collect();
         let store = self.state.store.clone();
@@ -158,6 +169,14 @@ impl Payloads for PayloadsService {
         let sid = session.id.clone();
         let quota = AppState::quota(&self.state.effective_policy(&session).await?);
         let outcomes = blocking(move || {
+            // Redaction comes first: the estimate, the decision, the inline
+            // content, the preview and the stored bytes all see its output.
+            let mut results = results;
+            for t in &mut results {
+                let (content, counts) = redact_bytes(&redactor, std::mem::take(&mut t.content));
+                t.content = content;
+                t.redactions = counts;
+            }
             crate::offload::offload_turn(&store, &sid, results, &settings, max_results, quota)
         })
         .await?;
@@ -169,7 +188,7 @@ impl Payloads for PayloadsService {
             }
             reply.inline_tokens += o.content_tokens;
             if let Some(stored) = &o.payload {
-                tracing::info!(payload_id = %stored.id, bytes = stored.size, sha256 = %stored.sha256, "result offloaded");
+                tracing::info!(payload_id = %stored.id, bytes = stored.size, sha256 = %stored.sha256, redactions = stored.redactions.total, "result offloaded");
                 let reason = match o.disposition {
                     crate::offload::decide::Disposition::Aggregate => "aggregate",
                     _ => "per_call",
@@ -180,8 +199,10 @@ impl Payloads for PayloadsService {
                         .payload(&stored.id)
                         .sha256(stored.sha256.clone())
                         .detail(format!(
-                            "bytes={} tokens={} reason={reason}",
-                            stored.size, o.estimate.tokens
+                            "bytes={} tokens={} reason={reason}{}",
+                            stored.size,
+                            o.estimate.tokens,
+                            redaction_detail(&stored.redactions)
                         )),
                 );
             }
@@ -239,20 +260,13 @@ impl Payloads for PayloadsService {
             .await?;
         meta.quota = AppState::quota(&self.state.effective_policy(&session).await?);
         tracing::Span::current().record("session_id", tracing::field::display(&session.id));
+        let (_, redactor) = self.state.session_redactor(&session).await?;
 
-        let (tx, mut rx) = mpsc::channel::<UploadMsg>(UPLOAD_QUEUE);
+        let (tx, rx) = mpsc::channel::<UploadMsg>(UPLOAD_QUEUE);
         let store = self.state.store.clone();
         let session_id = session.id.clone();
-        let writer = tokio::task::spawn_blocking(move || -> Result<Option<_>, StoreError> {
-            let mut upload = store.begin_upload(&session_id, meta)?;
-            while let Some(msg) = rx.blocking_recv() {
-                match msg {
-                    UploadMsg::Data(d) => upload.write(&d)?,
-                    UploadMsg::Finish => return upload.finish().map(Some),
-                }
-            }
-            // The stream broke off: dropping the upload removes its file.
-            Ok(None)
+        let writer = tokio::task::spawn_blocking(move || {
+            write_upload(&store, &session_id, meta, &redactor, rx)
         });
 
         let mut client_error: Option<Status> = None;
@@ -320,7 +334,7 @@ impl Payloads for PayloadsService {
         match outcome {
             Ok(Some(record)) => {
                 tracing::Span::current().record("payload_id", tracing::field::display(&record.id));
-                tracing::info!(bytes = record.size, sha256 = %record.sha256, "payload stored");
+                tracing::info!(bytes = record.size, sha256 = %record.sha256, redactions = record.redactions.total, "payload stored");
                 self.state
                     .audit(
                         &p,
@@ -328,7 +342,11 @@ impl Payloads for PayloadsService {
                             .session(&record.session_id)
                             .payload(&record.id)
                             .sha256(record.sha256.clone())
-                            .detail(format!("bytes={}", record.size)),
+                            .detail(format!(
+                                "bytes={}{}",
+                                record.size,
+                                redaction_detail(&record.redactions)
+                            )),
                     )
                     .await?;
                 Ok(Response::new(convert::payload(&record)))
@@ -664,6 +682,64 @@ impl Payloads for PayloadsService {
         tracing::info!(receipt_id = %receipt.id, bytes = receipt.bytes_deleted, "payload deleted");
         Ok(Response::new(convert::receipt(&receipt)))
     }
+}
+
+/// The disk side of an upload: redacts the chunks as they come (in bounded
+/// memory: the stream holds at most a window), writes what is decided, and
+/// commits on `Finish`. `expected_sha256` describes the bytes the client
+/// sent, so with redaction rules it is checked here, against the received
+/// bytes, and the store checks nothing; the record's sha256 is that of the
+/// stored bytes. On a mismatch, an error or a broken stream, dropping the
+/// upload removes its file: nothing partial is kept. `Ok(None)`: the stream
+/// broke off.
+fn write_upload(
+    store: &crate::store::Store,
+    session: &crate::ids::SessionId,
+    mut meta: UploadMeta,
+    redactor: &crate::redact::Redactor,
+    mut rx: mpsc::Receiver<UploadMsg>,
+) -> Result<Option<crate::store::records::PayloadRecord>, StoreError> {
+    use sha2::{Digest, Sha256};
+    // Without rules the stored bytes are the received ones: the store checks.
+    let expected = if redactor.is_empty() {
+        None
+    } else {
+        meta.expected_sha256.take()
+    };
+    let mut received = expected.as_ref().map(|_| Sha256::new());
+    let mut upload = store.begin_upload(session, meta)?;
+    let mut stream = redactor.stream();
+    let mut out = Vec::new();
+    while let Some(msg) = rx.blocking_recv() {
+        match msg {
+            UploadMsg::Data(d) if redactor.is_empty() => upload.write(&d)?,
+            UploadMsg::Data(d) => {
+                if let Some(h) = &mut received {
+                    h.update(&d);
+                }
+                out.clear();
+                stream.push(&d, &mut out);
+                upload.write(&out)?;
+            }
+            UploadMsg::Finish => {
+                out.clear();
+                let counts = stream.finish(&mut out);
+                upload.write(&out)?;
+                if let (Some(expected), Some(h)) = (expected, received) {
+                    let actual = hex::encode(h.finalize());
+                    if !expected.eq_ignore_ascii_case(&actual) {
+                        return Err(StoreError::ChecksumMismatch {
+                            expected: expected.to_ascii_lowercase(),
+                            actual,
+                        });
+                    }
+                }
+                upload.set_redactions(counts);
+                return upload.finish().map(Some);
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// Runs a compiled search over the named payloads of a session (all of

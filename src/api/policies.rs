@@ -121,6 +121,11 @@ impl Policies for PoliciesService {
         };
         let new = convert::policy_level_from(&message)?;
         policy::validate(&new, true)?;
+        policy::validate_effective(&policy::effective(
+            &self.state.server_policy(),
+            &new,
+            &Default::default(),
+        ))?;
         let store = self.state.store.clone();
         let (tenant, by) = (r.tenant.clone(), p.id.clone());
         let record = blocking(move || {

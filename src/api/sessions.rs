@@ -93,6 +93,7 @@ impl Sessions for SessionsService {
         policy::check_overrides(&policy::effective(&server, &tenant, &inherited), &overrides)?;
         let overrides = policy::combine(&inherited, &overrides);
         let effective = policy::effective(&server, &tenant, &overrides);
+        policy::validate_effective(&effective)?;
         let new = NewSession {
             tenant: p.tenant.clone(),
             owner: p.id.clone(),

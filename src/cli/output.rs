@@ -94,6 +94,15 @@ pub fn payload(p: &proto::Payload) {
     );
     println!("  path {}", p.path);
     println!("  sha256 {}", p.sha256);
+    if !p.redactions.is_empty() {
+        let mut by_rule: Vec<String> = p
+            .redactions
+            .iter()
+            .map(|(rule, n)| format!("{rule} {n}"))
+            .collect();
+        by_rule.sort();
+        println!("  redacted before storing: {}", by_rule.join(", "));
+    }
     println!(
         "  created {}  expires {}",
         time(p.created_at.as_ref()),

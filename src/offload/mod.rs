@@ -238,6 +238,9 @@ pub struct ToolResult {
     /// Payloads this result was computed from (a script's inputs), so that
     /// deleting them deletes it too.
     pub derived_from: Vec<crate::ids::PayloadId>,
+    /// Redactions already made to `content` (the API redacts before it
+    /// offloads); recorded with the payload when the result is stored.
+    pub redactions: crate::redact::RedactCounts,
 }
 
 /// What happened to one result.
@@ -257,6 +260,8 @@ pub struct Outcome {
     pub payload: Option<PayloadRecord>,
     /// The preview, when offloaded.
     pub preview: String,
+    /// Redactions made to the result (inline or offloaded).
+    pub redactions: crate::redact::RedactCounts,
 }
 
 /// A placeholder of a payload ID's length, for notice-size estimates made
@@ -377,6 +382,7 @@ fn store_and_describe(
                 estimate: estimates[i],
                 payload: None,
                 preview: String::new(),
+                redactions: r.redactions,
             });
             continue;
         }
@@ -410,6 +416,7 @@ fn store_and_describe(
             content_tokens: estimate::estimate_text(&content, settings.estimator),
             content,
             estimate: estimates[i],
+            redactions: record.redactions.clone(),
             payload: Some(record),
             preview: preview_text,
         });
@@ -456,6 +463,7 @@ fn store_result(
             derived_from: r.derived_from.clone(),
             archive_key: String::new(),
             quota,
+            redactions: r.redactions.clone(),
         },
     )?;
     upload.write(&r.content)?;

@@ -226,6 +226,19 @@ pub fn validate(level: &PolicyOverrides, is_tenant: bool) -> Result<(), PolicyEr
     Ok(())
 }
 
+/// Checks that a merged policy's redaction rules can be applied together:
+/// each level's rules compile on their own ([`validate`]), but their union
+/// may still hold too many.
+pub fn validate_effective(p: &Policy) -> Result<(), PolicyError> {
+    match Redactor::compile(&p.redact) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(PolicyError::Invalid {
+            field: "policy.redact",
+            message: format!("with the rules of the other levels added: {e}"),
+        }),
+    }
+}
+
 /// Refuses session overrides that would loosen `effective` (the tenant's
 /// effective policy before the overrides), naming the first such field.
 /// Absent overrides defer, so they never loosen.

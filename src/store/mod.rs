@@ -216,6 +216,9 @@ pub struct UploadMeta {
     pub expected_sha256: Option<String>,
     /// Payloads this one derives from.
     pub derived_from: Vec<PayloadId>,
+    /// Redactions made before the bytes reached the store (counts only);
+    /// [`PendingUpload::set_redactions`] sets them once a stream is done.
+    pub redactions: crate::redact::RedactCounts,
     /// The recall key, when this is an archived history result.
     pub archive_key: String,
     /// The session's quotas, from its effective policy.
@@ -941,6 +944,12 @@ impl PendingUpload<'_> {
         Ok(())
     }
 
+    /// Records the redactions made to the bytes written (counts only), for
+    /// uploads whose counts are known only at the end of the stream.
+    pub fn set_redactions(&mut self, counts: crate::redact::RedactCounts) {
+        self.meta.redactions = counts;
+    }
+
     /// Verifies, persists and commits the payload; returns its record once
     /// durable.
     pub fn finish(mut self) -> Result<PayloadRecord> {
@@ -994,6 +1003,7 @@ impl PendingUpload<'_> {
             utf8: facts.utf8,
             missing: false,
             archive_key: std::mem::take(&mut self.meta.archive_key),
+            redactions: std::mem::take(&mut self.meta.redactions),
         };
         // The same bytes already stored in this session are linked, not
         // stored again; quotas count stored bytes once.

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
 use crate::clock::Millis;
 use crate::ids::{PayloadId, ReceiptId, SessionId};
+use crate::redact::RedactCounts;
 
 /// The value format this server writes.
 pub const VALUE_FORMAT: u8 = 1;
@@ -214,6 +215,11 @@ pub struct PayloadRecord {
     /// The recall key, when the payload is an archived history result.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub archive_key: String,
+    /// How many matches of the session's redaction rules were replaced
+    /// before the bytes were stored, per rule name; never the values.
+    /// Absent in records written before redaction (they decode as none).
+    #[serde(default, skip_serializing_if = "RedactCounts::is_empty")]
+    pub redactions: RedactCounts,
 }
 
 impl PayloadRecord {
@@ -431,6 +437,20 @@ mod tests {
             decode::<ReceiptRecord>(&[]),
             Err(RecordError::UnknownFormat(None))
         ));
+    }
+
+    #[test]
+    fn payload_records_from_before_redaction_decode_with_no_redactions() {
+        let old = br#"{"id":"pl_0123456789abcdef0123456789abcdef","session_id":"ses_0123456789abcdef0123456789abcdef","name":"a.txt","size":1,"line_count":1,"chars":1,"sha256":"00","created_ms":1,"expires_ms":2}"#;
+        let mut bytes = vec![VALUE_FORMAT];
+        bytes.extend_from_slice(old);
+        let mut p: PayloadRecord = decode(&bytes).unwrap();
+        assert!(p.redactions.is_empty());
+        // Empty counts are not written; others round-trip.
+        assert!(!String::from_utf8_lossy(&encode(&p)).contains("redactions"));
+        p.redactions.total = 2;
+        p.redactions.by_rule.insert("email".into(), 2);
+        assert_eq!(decode::<PayloadRecord>(&encode(&p)).unwrap(), p);
     }
 
     #[test]

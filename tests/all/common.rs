@@ -415,7 +415,8 @@ impl ProcessServer {
         Self::start_with_env(config, data_dir, log, &[]).await
     }
 
-    /// [`ProcessServer::start`] with extra environment variables.
+    /// [`ProcessServer::start`] with more environment variables (for
+    /// example `RUST_LOG`, which defaults to `info`).
     pub async fn start_with_env(
         config: Option<&Path>,
         data_dir: &Path,

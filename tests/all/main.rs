@@ -12,4 +12,5 @@ mod lifecycle;
 mod offload;
 mod payloads;
 mod policies;
+mod redaction;
 mod sessions;
