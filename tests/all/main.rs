@@ -11,4 +11,5 @@ mod inspect;
 mod offload;
 mod payloads;
 mod policies;
+mod roles;
 mod sessions;
