@@ -47,10 +47,16 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             .unwrap_or_else(|| std::path::PathBuf::from("./spillway-data"));
         return verify_receipt(file, &dir);
     }
+    let tls = super::TlsFiles {
+        ca: cli.tls_ca.clone(),
+        cert: cli.tls_cert.clone(),
+        key: cli.tls_key.clone(),
+    };
     let settings = ClientSettings::resolve(
         cli.addr.as_deref(),
         cli.token.as_deref(),
         data_dir.as_deref(),
+        tls,
     )?;
     let (channel, bearer) = connect(&settings).await?;
     let mut c = Clients {

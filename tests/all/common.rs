@@ -195,6 +195,13 @@ impl TestServer {
     }
 
     pub async fn start_with(adjust: impl FnOnce(&mut Config)) -> Self {
+        let (dir, config) = Self::config_with(adjust).await;
+        Self::start_in(dir, config).await
+    }
+
+    /// The test configuration (the cast's tokens, the shared compile
+    /// cache) in a fresh directory, adjusted.
+    pub async fn config_with(adjust: impl FnOnce(&mut Config)) -> (tempfile::TempDir, Config) {
         warm_compile_cache().await;
         let dir = tempfile::tempdir().unwrap();
         let mut config = Config {
@@ -206,25 +213,31 @@ impl TestServer {
         config.sandbox.images_dir = images_dir();
         config.sandbox.cache_dir = Some(compile_cache());
         adjust(&mut config);
-        Self::start_in(dir, config).await
+        (dir, config)
     }
 
     pub async fn start_in(dir: tempfile::TempDir, config: Config) -> Self {
+        let server = Self::spawn(dir, config).await;
+        server.wait_ready().await;
+        server
+    }
+
+    /// Starts the server without waiting until it serves (the caller
+    /// probes readiness, e.g. over TLS).
+    pub async fn spawn(dir: tempfile::TempDir, config: Config) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = oneshot::channel::<()>();
         let handle = tokio::spawn(spillway::server::run(config.clone(), listener, async {
             let _ = rx.await;
         }));
-        let server = Self {
+        Self {
             addr,
             dir,
             config,
             shutdown: Some(tx),
             handle: Some(handle),
-        };
-        server.wait_ready().await;
-        server
+        }
     }
 
     async fn wait_ready(&self) {

@@ -13,3 +13,4 @@ mod payloads;
 mod policies;
 mod roles;
 mod sessions;
+mod tls;

@@ -562,3 +562,67 @@ fn the_access_table_covers_every_method_of_the_served_protos_exactly_once() {
         assert_eq!(rule.rpc.rule().method, rule.method, "{:?}", rule.rpc);
     }
 }
+
+#[tokio::test]
+async fn a_token_configured_by_sha256_authenticates_and_bad_tokens_are_unauthenticated_with_a_hint()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("spillway.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[[auth.tokens]]\ntoken_sha256 = \"{}\"\nprincipal = \"hashy\"\ntenant = \"acme\"\nroles = [\"agent\"]\n",
+            sha256_hex(b"hashed-secret")
+        ),
+    )
+    .unwrap();
+    let loaded = spillway::config::Config::load(
+        Some(&file),
+        &Default::default(),
+        &spillway::config::Overrides::default(),
+    )
+    .unwrap();
+    assert_eq!(loaded.auth.tokens[0].token, None);
+    let server = TestServer::start_with(|c| c.auth.tokens.extend(loaded.auth.tokens)).await;
+
+    let created = server
+        .sessions("hashed-secret")
+        .await
+        .create_session(proto::CreateSessionRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (created.owner.as_str(), created.tenant.as_str()),
+        ("hashy", "acme")
+    );
+
+    // The digest is not a password.
+    let digest = sha256_hex(b"hashed-secret");
+    for token in [digest.as_str(), "not-a-token"] {
+        let err = server
+            .sessions(token)
+            .await
+            .list_sessions(proto::ListSessionsRequest::default())
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::Unauthenticated);
+        assert!(
+            err.message().starts_with("unknown bearer token")
+                && err.message().contains("token_sha256"),
+            "{}",
+            err.message()
+        );
+    }
+    let err = SessionsClient::with_interceptor(server.channel().await, Bearer(None))
+        .list_sessions(proto::ListSessionsRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unauthenticated);
+    assert!(
+        err.message().contains("authorization: Bearer <token>")
+            && err.message().contains("--token"),
+        "{}",
+        err.message()
+    );
+}
