@@ -116,8 +116,13 @@ pub async fn connect(settings: &ClientSettings) -> anyhow::Result<(Channel, Bear
             .context("cannot set up TLS for the connection")?;
     }
     let channel = endpoint.connect().await.with_context(|| {
+        let tls_hint = if settings.tls.ca.is_none() {
+            " If it serves TLS, pass --ca (and --cert/--key when it requires client certificates)."
+        } else {
+            ""
+        };
         format!(
-            "cannot connect to {}; is `spillway serve` running?",
+            "cannot connect to {}; is `spillway serve` running?{tls_hint}",
             settings.endpoint
         )
     })?;

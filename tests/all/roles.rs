@@ -626,3 +626,98 @@ async fn a_token_configured_by_sha256_authenticates_and_bad_tokens_are_unauthent
         err.message()
     );
 }
+
+#[tokio::test]
+async fn a_sub_agent_session_inherits_the_parent_policy_and_reads_its_payloads_never_the_reverse() {
+    let server = TestServer::start().await;
+    let mut bob_sessions = server.sessions(BOB).await;
+    let mut bob_payloads = server.payloads(BOB).await;
+    // Bob's session, tightened, and not shared with alice.
+    let parent = bob_sessions
+        .create_session(proto::CreateSessionRequest {
+            policy: Some(proto::Policy {
+                max_payloads: 5,
+                allow_download: Some(false),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let in_parent = upload(&mut bob_payloads, header(&parent.id, "p.json"), CONTENT)
+        .await
+        .unwrap();
+    // A sub-agent session of it, for alice.
+    let child = bob_sessions
+        .create_session(proto::CreateSessionRequest {
+            parent_session_id: parent.id.clone(),
+            share_with: vec!["alice".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(child.parent_session_id, parent.id);
+    assert_eq!(
+        child.policy, parent.policy,
+        "the effective policy is inherited"
+    );
+    let in_child = upload(&mut bob_payloads, header(&child.id, "c.json"), CONTENT)
+        .await
+        .unwrap();
+
+    // Alice, through the sub-agent session, reads the parent's payload.
+    let exec = |session: &str, input: &str| proto::ExecRequest {
+        session_id: session.into(),
+        runtime: "jq".into(),
+        source: ".word".into(),
+        inputs: vec![input.into()],
+        ..Default::default()
+    };
+    let search = |session: &str, input: &str| proto::SearchRequest {
+        session_id: session.into(),
+        payload_ids: vec![input.into()],
+        pattern: "needle".into(),
+        ..Default::default()
+    };
+    let ran = server
+        .codemode(ALICE)
+        .await
+        .exec(exec(&child.id, &in_parent.id))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(ran.stdout.trim(), "\"needle\"", "{ran:?}");
+    let found = server
+        .payloads(ALICE)
+        .await
+        .search(search(&child.id, &in_parent.id))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(found.matches.len(), 1);
+    // Only through it: the parent itself is not alice's to see.
+    let mut alice_payloads = server.payloads(ALICE).await;
+    let direct = alice_payloads
+        .stat(proto::PayloadRequest {
+            payload_id: in_parent.id.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(direct.code(), Code::NotFound);
+
+    // Never the reverse, not even for the owner of both.
+    let up = server
+        .codemode(BOB)
+        .await
+        .exec(exec(&parent.id, &in_child.id))
+        .await
+        .unwrap_err();
+    assert_eq!(up.code(), Code::NotFound, "{up:?}");
+    let up = bob_payloads
+        .search(search(&parent.id, &in_child.id))
+        .await
+        .unwrap_err();
+    assert_eq!(up.code(), Code::NotFound, "{up:?}");
+}
