@@ -249,7 +249,9 @@ pub async fn run_with_clock(
     );
     let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = tls {
-        builder = builder.tls_config(tls)?;
+        builder = builder
+            .tls_config(tls)
+            .map_err(|e| crate::tls::TlsError::rejected(&e))?;
     }
     let serve = builder
         .max_concurrent_streams(limits.max_concurrent_streams)

@@ -36,6 +36,24 @@ pub enum TlsError {
         /// What is wrong.
         message: String,
     },
+    /// The files parse, but rustls does not accept them together.
+    #[error("tls.cert, tls.key and tls.client_ca were refused: {0}")]
+    Rejected(String),
+}
+
+impl TlsError {
+    /// rustls refused the files as a whole (for example, a key that does
+    /// not belong to the certificate).
+    pub fn rejected(e: &(dyn std::error::Error + 'static)) -> TlsError {
+        let mut message = e.to_string();
+        let mut source = e.source();
+        while let Some(cause) = source {
+            message.push_str(": ");
+            message.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        TlsError::Rejected(message)
+    }
 }
 
 /// Reads a PEM file that must hold at least one certificate.

@@ -34,9 +34,7 @@ impl PoliciesService {
     pub fn new(state: AppState) -> Self {
         Self { state }
     }
-}
 
-impl PoliciesService {
     /// Checks that `p` may call `rpc` for `tenant`; a refusal is audited.
     async fn tenant_access(&self, p: &Principal, rpc: Rpc, tenant: &str) -> Result<(), ApiError> {
         let roles = access::authorize(p, rpc).map_err(ApiError::from);

@@ -235,6 +235,13 @@ async fn a_missing_or_malformed_certificate_stops_startup_naming_the_key() {
             },
             "tls.client_ca: ",
         ),
+        (
+            TlsConfig {
+                key: Some(pki.client_key.clone()),
+                ..pki.server(true)
+            },
+            "were refused",
+        ),
     ] {
         let (_dir, config) = TestServer::config_with(|c| c.tls = tls).await;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
