@@ -48,6 +48,8 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Bearer tokens and the principals they stand for.
     pub auth: AuthConfig,
+    /// Optional TLS and mutual TLS.
+    pub tls: TlsConfig,
     /// The metadata store.
     pub store: StoreConfig,
     /// Size and concurrency limits.
@@ -72,6 +74,7 @@ impl Default for Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 50051)),
             data_dir: PathBuf::from("./spillway-data"),
             auth: AuthConfig::default(),
+            tls: TlsConfig::default(),
             store: StoreConfig::default(),
             limits: Limits::default(),
             policy: PolicyDefaults::default(),
@@ -81,6 +84,20 @@ impl Default for Config {
             shutdown_grace: Duration::from_secs(30),
         }
     }
+}
+
+/// The `[tls]` section: PEM file paths. Without `cert` and `key` the server
+/// speaks plaintext gRPC (default).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsConfig {
+    /// The server's certificate chain. With `key`, turns TLS on.
+    pub cert: Option<PathBuf>,
+    /// The private key of `cert`.
+    pub key: Option<PathBuf>,
+    /// CA certificates for client certificates: when set, every client must
+    /// present a certificate one of them signed (mutual TLS).
+    pub client_ca: Option<PathBuf>,
 }
 
 /// The `[auth]` section.
@@ -354,6 +371,19 @@ impl Config {
                 self.version
             )));
         }
+        match (&self.tls.cert, &self.tls.key) {
+            (Some(_), None) | (None, Some(_)) => {
+                return Err(ConfigError::Invalid(
+                    "tls.cert and tls.key go together: give both to serve TLS, or neither".into(),
+                ));
+            }
+            (None, None) if self.tls.client_ca.is_some() => {
+                return Err(ConfigError::Invalid(
+                    "tls.client_ca needs tls.cert and tls.key: client certificates are checked only on a TLS listener".into(),
+                ));
+            }
+            _ => {}
+        }
         if let Err(e) = crate::redact::Redactor::compile(&self.policy.redact) {
             return Err(ConfigError::Invalid(format!("policy.redact: {e}")));
         }
@@ -608,6 +638,27 @@ roles = ["agent"]
         );
         let err = Config::load(Some(&both), &BTreeMap::new(), &Overrides::default()).unwrap_err();
         assert!(err.to_string().contains("exactly one"), "{err}");
+    }
+
+    #[test]
+    fn tls_keys_come_from_file_and_env_and_cert_and_key_go_together() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = write(&dir, "[tls]\ncert = \"/etc/s/server.pem\"\n");
+        let env = BTreeMap::from([(
+            "SPILLWAY_TLS__KEY".to_string(),
+            "/etc/s/server.key".to_string(),
+        )]);
+        let c = Config::load(Some(&file), &env, &Overrides::default()).unwrap();
+        assert_eq!(c.tls.key.as_deref(), Some(Path::new("/etc/s/server.key")));
+        assert!(c.tls.client_ca.is_none());
+        let err = Config::load(Some(&file), &BTreeMap::new(), &Overrides::default()).unwrap_err();
+        assert!(err.to_string().contains("tls.cert and tls.key"), "{err}");
+        let ca_only = BTreeMap::from([(
+            "SPILLWAY_TLS__CLIENT_CA".to_string(),
+            "/etc/s/ca.pem".to_string(),
+        )]);
+        let err = Config::load(None, &ca_only, &Overrides::default()).unwrap_err();
+        assert!(err.to_string().contains("tls.client_ca needs"), "{err}");
     }
 
     #[test]

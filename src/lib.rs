@@ -8,6 +8,7 @@
 //! - [`telemetry`]: `tracing` setup.
 //! - [`shutdown`]: the shutdown signal shared by the server's tasks.
 //! - [`server`]: builds the tonic server, health and reflection, and runs it.
+//! - [`tls`]: optional TLS and mutual TLS (rustls) for the server and CLI.
 //! - [`error`]: every layer's error mapped to a `tonic::Status`, in one place.
 //! - [`ids`]: typed, unguessable IDs (`ses_`, `pl_`, `rcpt_`).
 //! - [`clock`]: the time source, replaceable in tests.
@@ -56,6 +57,7 @@ pub mod server;
 pub mod shutdown;
 pub mod store;
 pub mod telemetry;
+pub mod tls;
 
 /// The generated `spillway.v1` messages, services and JSON mappings.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]

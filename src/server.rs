@@ -60,6 +60,9 @@ pub enum ServerError {
     /// Reflection could not be built.
     #[error("cannot build reflection: {0}")]
     Reflection(String),
+    /// The TLS files could not be loaded.
+    #[error("cannot set up TLS: {0}")]
+    Tls(#[from] crate::tls::TlsError),
     /// The transport failed.
     #[error("transport: {0}")]
     Transport(#[from] tonic::transport::Error),
@@ -85,6 +88,8 @@ pub async fn run_with_clock(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
     let local = listener.local_addr().map_err(ServerError::DataDir)?;
+    // Before anything is opened: a bad certificate is a config error.
+    let tls = crate::tls::server_config(&config.tls)?;
     std::fs::create_dir_all(&config.data_dir).map_err(ServerError::DataDir)?;
     let tokens = if config.dev_mode() {
         if !local.ip().is_loopback() {
@@ -238,8 +243,19 @@ pub async fn run_with_clock(
         let _ = drain_tx.send(());
     };
 
-    tracing::info!(addr = %local, "listening");
-    let serve = tonic::transport::Server::builder()
+    tracing::info!(
+        addr = %local,
+        tls = tls.is_some(),
+        client_certs = config.tls.client_ca.is_some(),
+        "listening"
+    );
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        builder = builder
+            .tls_config(tls)
+            .map_err(|e| crate::tls::TlsError::rejected(&e))?;
+    }
+    let serve = builder
         .max_concurrent_streams(limits.max_concurrent_streams)
         .initial_stream_window_size(Some(STREAM_WINDOW))
         .initial_connection_window_size(Some(CONNECTION_WINDOW))

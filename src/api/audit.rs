@@ -9,7 +9,7 @@ use tracing::instrument;
 
 use super::{AppState, blocking, page_size, principal};
 use crate::audit::{AuditEvent, Filter, NewEvent, action};
-use crate::auth::access::{self, Access, Rpc, SessionOwnership};
+use crate::auth::access::{self, Relation, Rpc, SessionOwnership, Target};
 use crate::clock::Millis;
 use crate::error::ApiError;
 use crate::ids::{PayloadId, ReceiptId, SessionId};
@@ -246,21 +246,33 @@ impl Audit for AuditService {
             Lookup::Target(t) => store.deletion_receipt(&t),
         })
         .await?;
-        let visible = found.filter(|r| {
-            access::receipt_access(
-                &p,
-                SessionOwnership {
-                    tenant: &r.tenant,
-                    owner: &r.owner,
-                    share_with: &r.share_with,
+        // A receipt is seen as its deleted session's metadata was.
+        let checked = match found {
+            None => Err(ApiError::Hidden {
+                kind: "receipt",
+                id: asked,
+            }),
+            Some(r) => {
+                let relation = Relation::of(
+                    &p,
+                    SessionOwnership {
+                        tenant: &r.tenant,
+                        owner: &r.owner,
+                        share_with: &r.share_with,
+                    },
+                );
+                let target = Target::Session {
+                    relation,
                     compliance_can_read: false,
-                },
-            ) == Access::Allowed
-        });
-        let checked = visible.ok_or_else(|| ApiError::Hidden {
-            kind: "receipt",
-            id: asked,
-        });
+                };
+                super::access_result(
+                    access::decide(&p, Rpc::GetReceipt, target),
+                    "receipt",
+                    &asked,
+                )
+                .map(|()| r)
+            }
+        };
         let receipt = self
             .state
             .refusal(&p, Rpc::GetReceipt, checked, "", "")

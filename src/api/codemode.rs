@@ -14,7 +14,7 @@ use tracing::instrument;
 
 use super::{AppState, blocking, convert, principal, redact_bytes, redaction_detail};
 use crate::audit::{NewEvent, action};
-use crate::auth::access::Rpc;
+use crate::auth::access::{Access, Rpc, Source};
 use crate::error::{ApiError, ApiResult};
 use crate::ids::PayloadId;
 use crate::proto::{self, code_mode_server::CodeMode};
@@ -490,7 +490,8 @@ fn resolve_inputs(
 
 /// A script in `session` may read its own payloads and its parent's.
 fn readable_from(session: &SessionRecord, p: &PayloadRecord) -> bool {
-    p.session_id == session.id || session.parent.as_ref() == Some(&p.session_id)
+    let source = Source::of(&session.id, session.parent.as_ref(), &p.session_id);
+    source.access() == Access::Allowed
 }
 
 fn too_many_inputs(n: usize) -> ApiError {

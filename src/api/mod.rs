@@ -26,7 +26,7 @@ use tokio::sync::Semaphore;
 use tonic::Request;
 
 use crate::audit::{NewEvent, action, outcome};
-use crate::auth::access::{self, Access, Rpc, SessionOwnership};
+use crate::auth::access::{self, Access, Relation, Rpc, SessionOwnership, Target};
 use crate::auth::{AuthError, Principal, TokenTable};
 use crate::config::Config;
 use crate::error::{ApiError, ApiResult};
@@ -120,10 +120,16 @@ impl AppState {
         Ok((policy, redactor))
     }
 
-    /// Checks the caller's roles against the access table; a refusal is
-    /// audited.
+    /// Checks the caller's roles against the access table, for a call with
+    /// no target or before its session is looked up; a refusal is audited.
     pub async fn authorize(&self, principal: &Principal, rpc: Rpc) -> ApiResult<()> {
-        let checked = access::authorize(principal, rpc).map_err(ApiError::from);
+        self.decide(principal, rpc, Target::Call).await
+    }
+
+    /// Asks [`access::decide`] about a target that is not a session (a
+    /// tenant, or nothing); a refusal is audited.
+    pub async fn decide(&self, principal: &Principal, rpc: Rpc, target: Target) -> ApiResult<()> {
+        let checked = access_result(access::decide(principal, rpc, target), "target", "");
         self.refusal(principal, rpc, checked, "", "").await
     }
 
@@ -300,8 +306,9 @@ impl AppState {
         Ok(policy::effective(&self.server_policy(), &tenant, &s.policy))
     }
 
-    /// Checks access to a session; the effective policy is loaded only when
-    /// it can change the answer (a compliance principal reading content).
+    /// Checks access to a session. The effective policy is loaded only when
+    /// it can change the answer: `compliance_can_read` can only turn a
+    /// refusal into a yes.
     async fn check_session(
         &self,
         principal: &Principal,
@@ -310,23 +317,32 @@ impl AppState {
         kind: &'static str,
         id: &str,
     ) -> ApiResult<()> {
-        let mut owner = ownership(s);
-        let mut answer = access::session_access(principal, rpc, owner);
+        let relation = Relation::of(principal, ownership(s));
+        let target = |compliance_can_read| Target::Session {
+            relation,
+            compliance_can_read,
+        };
+        let mut answer = access::decide(principal, rpc, target(false));
         if matches!(answer, Access::Denied(_))
-            && principal.has(crate::auth::Role::Compliance)
-            && rpc.rule().session == access::SessionUse::Content
+            && self.effective_policy(s).await?.compliance_can_read
         {
-            owner.compliance_can_read = self.effective_policy(s).await?.compliance_can_read;
-            answer = access::session_access(principal, rpc, owner);
+            answer = access::decide(principal, rpc, target(true));
         }
-        match answer {
-            Access::Allowed => Ok(()),
-            Access::Hidden => Err(ApiError::Hidden {
-                kind,
-                id: id.to_owned(),
-            }),
-            Access::Denied(why) => Err(ApiError::Denied(why)),
-        }
+        access_result(answer, kind, id)
+    }
+}
+
+/// The error for a refusal of [`access::decide`]: `kind` and `id` name the
+/// target reported as not found.
+pub fn access_result(answer: Access, kind: &'static str, id: &str) -> ApiResult<()> {
+    match answer {
+        Access::Allowed => Ok(()),
+        Access::Role(e) => Err(ApiError::Auth(e)),
+        Access::Hidden => Err(ApiError::Hidden {
+            kind,
+            id: id.to_owned(),
+        }),
+        Access::Denied(why) => Err(ApiError::Denied(why)),
     }
 }
 
@@ -345,7 +361,6 @@ impl AppState {
                         tenant: &r.tenant,
                         owner: &r.owner,
                         share_with: &r.share_with,
-                        compliance_can_read: false,
                     },
                 ) =>
             {
@@ -367,14 +382,12 @@ impl AppState {
     }
 }
 
-/// The access-relevant facts of a session, with `compliance_can_read` off
-/// (the API checks it against the effective policy where it matters).
+/// Who a session belongs to, for [`Relation::of`].
 pub fn ownership(s: &SessionRecord) -> SessionOwnership<'_> {
     SessionOwnership {
         tenant: &s.tenant,
         owner: &s.owner,
         share_with: &s.share_with,
-        compliance_can_read: false,
     }
 }
 

@@ -9,7 +9,7 @@ use tracing::instrument;
 
 use super::{AppState, blocking, convert, page_size, principal, redact_bytes, redaction_detail};
 use crate::audit::{NewEvent, action};
-use crate::auth::access::Rpc;
+use crate::auth::access::{Access, Rpc, Source};
 use crate::error::{ApiError, map_decode_status};
 use crate::proto::{self, payloads_server::Payloads, upload_chunk::Chunk};
 use crate::store::read::ReadSpec;
@@ -455,11 +455,11 @@ impl Payloads for PayloadsService {
         let store = self.state.store.clone();
         let timeout = limits.search_timeout;
         let ceiling = limits.max_search_matches;
-        let session_id = session.id.clone();
+        let (session_id, parent) = (session.id.clone(), session.parent.clone());
         let searched = blocking(move || {
             search_session(
                 &store,
-                &session_id,
+                (&session_id, parent.as_ref()),
                 ids,
                 &compiled,
                 max_matches,
@@ -742,11 +742,12 @@ fn write_upload(
     Ok(None)
 }
 
-/// Runs a compiled search over the named payloads of a session (all of
-/// them when none are named), within the match cap and the time limit.
+/// Runs a compiled search over the named payloads of a session, or of its
+/// parent (all of the session's when none are named), within the match cap
+/// and the time limit.
 fn search_session(
     store: &crate::store::Store,
-    session: &crate::ids::SessionId,
+    (session, parent): (&crate::ids::SessionId, Option<&crate::ids::SessionId>),
     ids: Vec<crate::ids::PayloadId>,
     compiled: &crate::inspect::search::Compiled,
     max_matches: usize,
@@ -767,12 +768,18 @@ fn search_session(
         }
     } else {
         for id in ids {
-            let p = store.payload(&id)?;
-            if p.session_id != *session {
-                return Err(ApiError::Hidden {
-                    kind: "payload",
-                    id: id.to_string(),
-                });
+            let hidden = || ApiError::Hidden {
+                kind: "payload",
+                id: id.to_string(),
+            };
+            let p = match store.payload(&id) {
+                Ok(p) => p,
+                Err(crate::store::StoreError::NotFound { .. }) => return Err(hidden()),
+                Err(e) => return Err(e.into()),
+            };
+            let source = Source::of(session, parent, &p.session_id);
+            if source.access() != Access::Allowed {
+                return Err(hidden());
             }
             payloads.push(p);
         }

@@ -12,7 +12,6 @@ use tracing::instrument;
 use super::{AppState, blocking, convert, principal};
 use crate::audit::{action, log::NewEvent};
 use crate::auth::Principal;
-use crate::auth::Role::{Admin, Auditor, Compliance};
 use crate::auth::access::{self, Rpc};
 use crate::error::ApiError;
 use crate::policy;
@@ -35,37 +34,22 @@ impl PoliciesService {
     pub fn new(state: AppState) -> Self {
         Self { state }
     }
-}
 
-/// Checks that `p` may act on `tenant`'s policy with one of `roles`.
-fn tenant_access(
-    p: &Principal,
-    rpc: Rpc,
-    tenant: &str,
-    roles: &[crate::auth::Role],
-) -> Result<(), ApiError> {
-    access::authorize(p, rpc)?;
-    if tenant.is_empty() || tenant.len() > MAX_TENANT {
-        return Err(ApiError::BadRequest(format!(
-            "tenant must be 1 to {MAX_TENANT} bytes; your principal's tenant is {:?}",
-            p.tenant
-        )));
+    /// Checks that `p` may call `rpc` for `tenant`; a refusal is audited.
+    async fn tenant_access(&self, p: &Principal, rpc: Rpc, tenant: &str) -> Result<(), ApiError> {
+        let roles = access::authorize(p, rpc).map_err(ApiError::from);
+        self.state.refusal(p, rpc, roles, "", "").await?;
+        if tenant.is_empty() || tenant.len() > MAX_TENANT {
+            return Err(ApiError::BadRequest(format!(
+                "tenant must be 1 to {MAX_TENANT} bytes; your principal's tenant is {:?}",
+                p.tenant
+            )));
+        }
+        let own = p.tenant == tenant;
+        self.state
+            .decide(p, rpc, access::Target::Tenant { own })
+            .await
     }
-    if !roles.iter().any(|r| p.has(*r)) {
-        return Err(ApiError::Denied(format!(
-            "{} may read only the effective policy of its own sessions (GetPolicy with session_id); tenant policies are for admin, compliance and auditor principals",
-            p.id
-        )));
-    }
-    if p.tenant != tenant {
-        return Err(ApiError::Denied(format!(
-            "{} belongs to tenant {:?} and may not call {} for tenant {tenant:?}",
-            p.id,
-            p.tenant,
-            rpc.rule().method
-        )));
-    }
-    Ok(())
 }
 
 #[tonic::async_trait]
@@ -82,19 +66,11 @@ impl Policies for PoliciesService {
             )
             .into()),
             Some(Target::Tenant(tenant)) => {
-                let checked = tenant_access(&p, Rpc::GetPolicy, &tenant, &[Admin, Compliance, Auditor]);
-                self.state.refusal(&p, Rpc::GetPolicy, checked, "", "").await?;
+                self.tenant_access(&p, Rpc::GetPolicy, &tenant).await?;
                 let level = self.state.tenant_policy(&tenant).await?;
                 Ok(Response::new(convert::policy_level(&level)))
             }
             Some(Target::SessionId(id)) => {
-                if !p.has(crate::auth::Role::Agent) && !p.has(Admin) && !p.has(Compliance) {
-                    return Err(ApiError::Denied(format!(
-                        "{} may read tenant policies (GetPolicy with tenant), not sessions",
-                        p.id
-                    ))
-                    .into());
-                }
                 let s = self.state.session_for(&p, Rpc::GetPolicy, &id).await?;
                 let effective = self.state.effective_policy(&s).await?;
                 Ok(Response::new(convert::policy(&effective)))
@@ -109,10 +85,7 @@ impl Policies for PoliciesService {
     ) -> Result<Response<proto::Policy>, Status> {
         let p = principal(&req)?;
         let r = req.into_inner();
-        let checked = tenant_access(&p, Rpc::SetPolicy, &r.tenant, &[Admin, Compliance]);
-        self.state
-            .refusal(&p, Rpc::SetPolicy, checked, "", "")
-            .await?;
+        self.tenant_access(&p, Rpc::SetPolicy, &r.tenant).await?;
         let Some(message) = r.policy else {
             return Err(ApiError::BadRequest(
                 "policy is required; to defer every field to the server default, send an empty policy".into(),

@@ -1,10 +1,20 @@
-//! The access table: for every RPC, the roles that may call it and the
-//! relation to the target session the caller needs. Handlers ask
-//! [`authorize`] and [`session_access`]; nothing else decides access.
+//! The access table and the one function that applies it.
+//!
+//! [`TABLE`] says, for every RPC, which roles may call it and what it does to
+//! its target session; [`decide`] turns a principal, an RPC and the caller's
+//! [`Target`] into an [`Access`]. The server asks nothing else: handlers go
+//! through `AppState::authorize`, `session_for` and `payload_for` (or
+//! [`decide`] with a tenant target), which work out the [`Relation`] of the
+//! caller to the stored session and audit every refusal. The role-matrix
+//! test enumerates the same table and asks the same function.
 //!
 //! Visibility follows the contract: a session of another tenant, or one the
-//! caller neither owns nor has been shared, is reported as not found, so that
-//! nobody can probe for existence.
+//! caller neither owns nor has been shared (and may not see through its
+//! role), is reported as not found, so that nobody can probe for existence.
+//!
+//! Sub-agent sessions: a session created with `parent_session_id` may use
+//! its parent's payloads as inputs (exec, search), never the reverse; see
+//! [`Source`].
 
 use super::{AuthError, Principal, Role};
 
@@ -68,7 +78,7 @@ pub enum Rpc {
 /// What a call does to its target session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SessionUse {
-    /// The call has no target session (create, list).
+    /// The call has no target session (create, list, audit, tenant policies).
     None,
     /// Looks at metadata: sizes, names, hashes.
     Metadata,
@@ -76,7 +86,7 @@ pub enum SessionUse {
     Content,
     /// Adds data to the session.
     Write,
-    /// Closes or deletes: the owner, an admin or compliance.
+    /// Closes, deletes or holds: the owner, an admin or compliance.
     Manage,
 }
 
@@ -87,10 +97,13 @@ pub struct Rule {
     pub rpc: Rpc,
     /// Its full gRPC name.
     pub method: &'static str,
-    /// Roles that may call it at all.
+    /// Roles that may call it with no target, or on a session.
     pub roles: &'static [Role],
     /// What it needs of the target session.
     pub session: SessionUse,
+    /// Roles that may call it naming a tenant (their own only); empty when
+    /// the RPC names no tenant.
+    pub tenant: &'static [Role],
 }
 
 use Role::{Admin, Agent, Auditor, Compliance};
@@ -121,13 +134,16 @@ pub const TABLE: &[Rule] = &[
     rule(Rpc::QueryAudit, "spillway.v1.Audit/QueryAudit", &[Auditor, Compliance, Admin], U::None),
     rule(Rpc::VerifyAudit, "spillway.v1.Audit/VerifyAudit", &[Auditor, Compliance, Admin], U::None),
     rule(Rpc::ExportAudit, "spillway.v1.Audit/ExportAudit", &[Auditor, Compliance, Admin], U::None),
-    // Checked against the receipt's tenant, owner and sharing: see
-    // `receipt_access`.
+    // Receipts of deleted sessions and payloads: those who could see the
+    // session's metadata, and the tenant's auditors (see `session_access`).
     rule(Rpc::GetReceipt, "spillway.v1.Audit/GetReceipt", &[Agent, Admin, Compliance, Auditor], U::Metadata),
-    // By tenant: admin, compliance and auditors of that tenant; by session:
-    // whoever may see the session's metadata (agents: their own and shared).
-    rule(Rpc::GetPolicy, "spillway.v1.Policies/GetPolicy", &[Agent, Admin, Compliance, Auditor], U::Metadata),
-    rule(Rpc::SetPolicy, "spillway.v1.Policies/SetPolicy", &[Admin, Compliance], U::None),
+    // By session: whoever may see the session's metadata (agents: their own
+    // and shared). By tenant: admin, compliance and auditors of that tenant.
+    rule(Rpc::GetPolicy, "spillway.v1.Policies/GetPolicy", &[Agent, Admin, Compliance], U::Metadata)
+        .on_tenant(&[Admin, Compliance, Auditor]),
+    // Tenant policies only.
+    rule(Rpc::SetPolicy, "spillway.v1.Policies/SetPolicy", &[], U::None)
+        .on_tenant(&[Admin, Compliance]),
     rule(Rpc::SetLegalHold, "spillway.v1.Policies/SetLegalHold", &[Admin, Compliance], U::Manage),
 ];
 
@@ -137,6 +153,21 @@ const fn rule(rpc: Rpc, method: &'static str, roles: &'static [Role], session: S
         method,
         roles,
         session,
+        tenant: &[],
+    }
+}
+
+impl Rule {
+    const fn on_tenant(self, tenant: &'static [Role]) -> Rule {
+        Rule { tenant, ..self }
+    }
+
+    /// Every role that may call it in some way.
+    pub fn any_roles(&self) -> Vec<Role> {
+        let mut all: Vec<Role> = self.roles.iter().chain(self.tenant).copied().collect();
+        all.sort();
+        all.dedup();
+        all
     }
 }
 
@@ -150,6 +181,42 @@ impl Rpc {
     }
 }
 
+/// How the caller stands to a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Relation {
+    /// The caller created it.
+    Owner,
+    /// Its owner listed the caller in `share_with`.
+    Shared,
+    /// Same tenant; neither owned by nor shared with the caller.
+    Tenant,
+    /// Another tenant's.
+    Foreign,
+}
+
+impl Relation {
+    /// Every relation, for tables and tests.
+    pub const ALL: [Relation; 4] = [
+        Relation::Owner,
+        Relation::Shared,
+        Relation::Tenant,
+        Relation::Foreign,
+    ];
+
+    /// The relation of `principal` to `session`.
+    pub fn of(principal: &Principal, session: SessionOwnership<'_>) -> Relation {
+        if principal.tenant != session.tenant {
+            Relation::Foreign
+        } else if principal.id == session.owner {
+            Relation::Owner
+        } else if session.share_with.contains(&principal.id) {
+            Relation::Shared
+        } else {
+            Relation::Tenant
+        }
+    }
+}
+
 /// Who a session belongs to, as far as access is concerned.
 #[derive(Debug, Clone, Copy)]
 pub struct SessionOwnership<'a> {
@@ -159,90 +226,203 @@ pub struct SessionOwnership<'a> {
     pub owner: &'a str,
     /// Principals it is shared with.
     pub share_with: &'a [String],
-    /// Whether compliance principals may read content (policy).
-    pub compliance_can_read: bool,
 }
 
-/// The answer for one principal, one RPC and one session.
+/// What a call names, as far as access is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// Nothing (create, list, audit, runtimes, repair), or a session not
+    /// looked up yet: only the caller's roles can refuse.
+    Call,
+    /// A session (named, or holding the named payload).
+    Session {
+        /// The caller's relation to it.
+        relation: Relation,
+        /// The session's effective `compliance_can_read`.
+        compliance_can_read: bool,
+    },
+    /// A tenant (policies).
+    Tenant {
+        /// True when it is the caller's own.
+        own: bool,
+    },
+}
+
+/// Where a payload named in a call on a session lives, relative to that
+/// session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// In the session itself.
+    Same,
+    /// In its parent: a sub-agent session reads its parent's payloads.
+    Parent,
+    /// Anywhere else, a child session included.
+    Other,
+}
+
+impl Source {
+    /// Where a payload of session `payload_session` lives, for a call on
+    /// `session`, whose parent is `parent`.
+    pub fn of<T: PartialEq>(session: &T, parent: Option<&T>, payload_session: &T) -> Source {
+        if payload_session == session {
+            Source::Same
+        } else if parent == Some(payload_session) {
+            Source::Parent
+        } else {
+            Source::Other
+        }
+    }
+
+    /// The answer for a payload from here, once the session is allowed:
+    /// its own and its parent's payloads, nothing else (reported as not
+    /// found).
+    pub fn access(self) -> Access {
+        match self {
+            Source::Same | Source::Parent => Access::Allowed,
+            Source::Other => Access::Hidden,
+        }
+    }
+}
+
+/// The answer for one principal, one RPC and one target.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Access {
     /// Go ahead.
     Allowed,
-    /// Report the session as not found.
+    /// The caller's roles may not call the RPC at all: `PERMISSION_DENIED`.
+    Role(AuthError),
+    /// Report the target as not found: `NOT_FOUND`.
     Hidden,
-    /// A known principal that may see the session but not do this.
+    /// A known principal that may call the RPC, but not on this target:
+    /// `PERMISSION_DENIED`.
     Denied(String),
 }
 
-/// Checks the caller's roles against the table.
+fn join(roles: &[Role]) -> String {
+    roles
+        .iter()
+        .map(|r| r.name())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn holds_any(principal: &Principal, roles: &[Role]) -> bool {
+    roles.iter().any(|r| principal.has(*r))
+}
+
+/// Checks the caller's roles against the table: may it call `rpc` in any
+/// way at all?
 pub fn authorize(principal: &Principal, rpc: Rpc) -> Result<(), AuthError> {
     let rule = rpc.rule();
-    if rule.roles.iter().any(|r| principal.has(*r)) {
+    let any = rule.any_roles();
+    if holds_any(principal, &any) {
         return Ok(());
     }
-    let join = |roles: &[Role]| {
-        roles
-            .iter()
-            .map(|r| r.name())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     Err(AuthError::RoleDenied {
         principal: principal.id.clone(),
         roles: join(&principal.roles),
         rpc: rule.method,
-        needed: join(rule.roles),
+        needed: join(&any),
     })
 }
 
-/// Decides what `principal` may do to a session through `rpc`.
-pub fn session_access(principal: &Principal, rpc: Rpc, session: SessionOwnership<'_>) -> Access {
-    if principal.tenant != session.tenant {
+/// Decides what `principal` may do through `rpc` on `target`. The only
+/// place that decides access.
+pub fn decide(principal: &Principal, rpc: Rpc, target: Target) -> Access {
+    let rule = rpc.rule();
+    if let Err(e) = authorize(principal, rpc) {
+        return Access::Role(e);
+    }
+    let method = rule.method;
+    let id = &principal.id;
+    match target {
+        Target::Tenant { own } => {
+            if !holds_any(principal, rule.tenant) {
+                return Access::Denied(if rule.tenant.is_empty() {
+                    format!("{method} does not take a tenant")
+                } else {
+                    format!(
+                        "{id} may call {method} only for sessions; for a tenant it needs one of {}",
+                        join(rule.tenant)
+                    )
+                });
+            }
+            if !own {
+                return Access::Denied(format!("{id} may call {method} only for its own tenant"));
+            }
+            Access::Allowed
+        }
+        Target::Call | Target::Session { .. } => {
+            if !holds_any(principal, rule.roles) {
+                return Access::Denied(format!(
+                    "{id} may call {method} only for a tenant, which needs one of {}; on sessions it needs one of {}",
+                    join(rule.tenant),
+                    join(rule.roles)
+                ));
+            }
+            match target {
+                Target::Session {
+                    relation,
+                    compliance_can_read,
+                } => session_access(principal, rule, relation, compliance_can_read),
+                _ => Access::Allowed,
+            }
+        }
+    }
+}
+
+/// The session layer of [`decide`], once the roles allow the call.
+fn session_access(
+    principal: &Principal,
+    rule: &Rule,
+    relation: Relation,
+    compliance_can_read: bool,
+) -> Access {
+    if relation == Relation::Foreign {
         return Access::Hidden;
     }
     if principal.has(Admin) {
         return Access::Allowed;
     }
-    let owner = principal.id == session.owner;
-    let shared = session.share_with.contains(&principal.id);
+    let owner = relation == Relation::Owner;
+    let shared = relation == Relation::Shared;
     let agent = principal.has(Agent) && (owner || shared);
     let compliance = principal.has(Compliance);
-    if !agent && !compliance {
+    // Auditors see their tenant's metadata where the table lets them at all
+    // (deletion receipts).
+    let auditor = principal.has(Auditor) && rule.roles.contains(&Auditor);
+    if !agent && !compliance && !auditor {
         return Access::Hidden;
     }
-    let allowed = match rpc.rule().session {
+    let allowed = match rule.session {
         U::None | U::Metadata => true,
-        U::Content => agent || (compliance && session.compliance_can_read),
+        _ if !agent && !compliance => false,
+        U::Content => agent || (compliance && compliance_can_read),
         U::Write => agent,
         U::Manage => (agent && owner) || compliance,
     };
     if allowed {
-        Access::Allowed
-    } else {
-        Access::Denied(format!(
-            "{} may see this session but may not call {} on it",
-            principal.id,
-            rpc.rule().method
-        ))
-    }
-}
-
-/// Whether the principal may see a deletion receipt: auditors, compliance
-/// and admins of its tenant, and the agents who could see the deleted
-/// session.
-pub fn receipt_access(principal: &Principal, deleted: SessionOwnership<'_>) -> Access {
-    if principal.tenant != deleted.tenant {
-        return Access::Hidden;
-    }
-    if principal.has(Auditor) || principal.has(Compliance) || principal.has(Admin) {
         return Access::Allowed;
     }
-    session_access(principal, Rpc::GetReceipt, deleted)
+    let why = if compliance && rule.session == U::Content {
+        "; compliance principals read content only where the tenant policy sets compliance_can_read"
+    } else {
+        ""
+    };
+    Access::Denied(format!(
+        "{} may see this session but may not call {} on it{why}",
+        principal.id, rule.method
+    ))
 }
 
-/// True when the principal may see the session at all (for listings).
+/// True when the principal may see the session at all (for listings, and
+/// for telling a caller that a session it could see was deleted).
 pub fn can_see(principal: &Principal, session: SessionOwnership<'_>) -> bool {
-    session_access(principal, Rpc::GetSession, session) == Access::Allowed
+    let target = Target::Session {
+        relation: Relation::of(principal, session),
+        compliance_can_read: false,
+    };
+    decide(principal, Rpc::GetSession, target) == Access::Allowed
 }
 
 #[cfg(test)]
@@ -263,8 +443,24 @@ mod tests {
             tenant: "acme",
             owner: "alice",
             share_with: share,
-            compliance_can_read: false,
         }
+    }
+
+    /// What `p` may do through `rpc` on a session it stands to as `s` says.
+    fn session_access(p: &Principal, rpc: Rpc, s: SessionOwnership<'_>) -> Access {
+        on(p, rpc, s, false)
+    }
+
+    fn on(p: &Principal, rpc: Rpc, s: SessionOwnership<'_>, compliance_can_read: bool) -> Access {
+        let relation = Relation::of(p, s);
+        decide(
+            p,
+            rpc,
+            Target::Session {
+                relation,
+                compliance_can_read,
+            },
+        )
     }
 
     #[test]
@@ -332,11 +528,7 @@ mod tests {
             session_access(&c, Rpc::Read, owned(&[])),
             Access::Denied(_)
         ));
-        let granted = SessionOwnership {
-            compliance_can_read: true,
-            ..owned(&[])
-        };
-        assert_eq!(session_access(&c, Rpc::Read, granted), Access::Allowed);
+        assert_eq!(on(&c, Rpc::Read, owned(&[]), true), Access::Allowed);
     }
 
     #[test]
@@ -365,6 +557,18 @@ mod tests {
             assert!(authorize(&alice, rpc).is_err());
             assert!(authorize(&audrey, rpc).is_err());
         }
+        let own = Target::Tenant { own: true };
+        let foreign = Target::Tenant { own: false };
+        assert_eq!(decide(&carol, Rpc::SetPolicy, own), Access::Allowed);
+        assert!(matches!(
+            decide(&carol, Rpc::SetPolicy, foreign),
+            Access::Denied(_)
+        ));
+        assert_eq!(decide(&audrey, Rpc::GetPolicy, own), Access::Allowed);
+        assert!(matches!(
+            decide(&alice, Rpc::GetPolicy, own),
+            Access::Denied(_)
+        ));
         assert_eq!(
             session_access(&carol, Rpc::SetLegalHold, owned(&[])),
             Access::Allowed
@@ -379,6 +583,27 @@ mod tests {
         );
         assert_eq!(
             session_access(&p("bob", "acme", &[Agent]), Rpc::GetPolicy, owned(&[])),
+            Access::Hidden
+        );
+        // Auditors read tenant policies, not sessions: a refusal, not a
+        // hidden session.
+        assert!(matches!(
+            session_access(&audrey, Rpc::GetPolicy, owned(&[])),
+            Access::Denied(_)
+        ));
+    }
+
+    #[test]
+    fn a_sub_agent_session_reads_its_parents_payloads_never_the_reverse() {
+        let (parent, child, other) = ("ses_p", "ses_c", "ses_o");
+        assert_eq!(
+            Source::of(&child, Some(&parent), &parent).access(),
+            Access::Allowed
+        );
+        assert_eq!(Source::of(&child, Some(&parent), &child), Source::Same);
+        assert_eq!(Source::of(&parent, None, &child).access(), Access::Hidden);
+        assert_eq!(
+            Source::of(&child, Some(&parent), &other).access(),
             Access::Hidden
         );
     }

@@ -62,10 +62,14 @@ impl Principal {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AuthError {
     /// No `authorization: Bearer …` metadata.
-    #[error("missing bearer token: send metadata `authorization: Bearer <token>`")]
+    #[error(
+        "missing bearer token: send metadata `authorization: Bearer <token>` (the CLI takes --token or SPILLWAY_TOKEN)"
+    )]
     MissingToken,
     /// A token that maps to no principal.
-    #[error("unknown bearer token")]
+    #[error(
+        "unknown bearer token: it matches no [[auth.tokens]] entry of this server (token or token_sha256); check the token you were given"
+    )]
     UnknownToken,
     /// A known principal acting outside its roles.
     #[error("{principal} (roles: {roles}) may not call {rpc}: it needs one of {needed}")]

@@ -11,10 +11,23 @@ use tonic::transport::{Channel, Endpoint};
 /// Where the client connects and who it says it is.
 #[derive(Debug, Clone)]
 pub struct ClientSettings {
-    /// `http://host:port`.
+    /// `http://host:port`, or `https://host:port` with TLS.
     pub endpoint: String,
     /// Bearer token.
     pub token: String,
+    /// TLS files; `ca` is set exactly when the endpoint is `https://`.
+    pub tls: TlsFiles,
+}
+
+/// The client's TLS files (PEM): `--ca`, `--cert`, `--key`.
+#[derive(Debug, Clone, Default)]
+pub struct TlsFiles {
+    /// The CA that signed the server's certificate; turns TLS on.
+    pub ca: Option<PathBuf>,
+    /// The client's certificate, for servers that require one (mTLS).
+    pub cert: Option<PathBuf>,
+    /// The key of `cert`.
+    pub key: Option<PathBuf>,
 }
 
 /// Default server address.
@@ -27,13 +40,31 @@ impl ClientSettings {
         addr: Option<&str>,
         token: Option<&str>,
         data_dir: Option<&Path>,
+        tls: TlsFiles,
     ) -> anyhow::Result<Self> {
         let addr = addr.unwrap_or(DEFAULT_ADDR);
         let endpoint = if addr.starts_with("http://") || addr.starts_with("https://") {
             addr.to_owned()
+        } else if tls.ca.is_some() {
+            format!("https://{addr}")
         } else {
             format!("http://{addr}")
         };
+        match (endpoint.starts_with("https://"), &tls.ca) {
+            (true, None) => bail!(
+                "{endpoint} is a TLS address: pass --ca with the PEM certificate of the CA that signed the server's certificate"
+            ),
+            (false, Some(_)) => bail!(
+                "--ca was given but {endpoint} is plaintext; use https://, or a bare host:port"
+            ),
+            _ => {}
+        }
+        if tls.cert.is_some() != tls.key.is_some() {
+            bail!("--cert and --key go together: the client certificate and its private key");
+        }
+        if tls.cert.is_some() && tls.ca.is_none() {
+            bail!("--cert needs --ca: client certificates are sent only over TLS");
+        }
         let token = match token {
             Some(t) if !t.is_empty() => t.to_owned(),
             _ => {
@@ -50,7 +81,11 @@ impl ClientSettings {
                 }
             }
         };
-        Ok(Self { endpoint, token })
+        Ok(Self {
+            endpoint,
+            token,
+            tls,
+        })
     }
 }
 
@@ -67,11 +102,27 @@ impl Interceptor for Bearer {
 
 /// Opens a channel and the interceptor that authenticates it.
 pub async fn connect(settings: &ClientSettings) -> anyhow::Result<(Channel, Bearer)> {
-    let endpoint = Endpoint::from_shared(settings.endpoint.clone())
+    let mut endpoint = Endpoint::from_shared(settings.endpoint.clone())
         .with_context(|| format!("invalid server address {}", settings.endpoint))?;
+    if let Some(ca) = &settings.tls.ca {
+        let identity = settings
+            .tls
+            .cert
+            .as_deref()
+            .zip(settings.tls.key.as_deref());
+        let config = crate::tls::client_config(ca, identity)?;
+        endpoint = endpoint
+            .tls_config(config)
+            .context("cannot set up TLS for the connection")?;
+    }
     let channel = endpoint.connect().await.with_context(|| {
+        let tls_hint = if settings.tls.ca.is_none() {
+            " If it serves TLS, pass --ca (and --cert/--key when it requires client certificates)."
+        } else {
+            ""
+        };
         format!(
-            "cannot connect to {}; is `spillway serve` running?",
+            "cannot connect to {}; is `spillway serve` running?{tls_hint}",
             settings.endpoint
         )
     })?;

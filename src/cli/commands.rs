@@ -32,6 +32,24 @@ struct Clients {
     policies: PoliciesClient<Svc>,
 }
 
+/// A call that failed below gRPC over a plaintext connection: say that the
+/// server may want TLS.
+fn plaintext_hint(e: anyhow::Error, settings: &ClientSettings) -> anyhow::Error {
+    let transport = e
+        .downcast_ref::<tonic::Status>()
+        .is_some_and(|s| std::error::Error::source(s).is_some());
+    if !transport || settings.tls.ca.is_some() {
+        return e;
+    }
+    let s = e.downcast_ref::<tonic::Status>().expect("checked above");
+    anyhow::anyhow!(
+        "{:?}: {}; the connection to {} failed below gRPC: if the server serves TLS, pass --ca (and --cert/--key when it requires client certificates)",
+        s.code(),
+        s.message(),
+        settings.endpoint
+    )
+}
+
 /// Runs a client subcommand against the server.
 pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
     let data_dir = std::env::var_os("SPILLWAY_DATA_DIR").map(std::path::PathBuf::from);
@@ -47,10 +65,16 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             .unwrap_or_else(|| std::path::PathBuf::from("./spillway-data"));
         return verify_receipt(file, &dir);
     }
+    let tls = super::TlsFiles {
+        ca: cli.tls_ca.clone(),
+        cert: cli.tls_cert.clone(),
+        key: cli.tls_key.clone(),
+    };
     let settings = ClientSettings::resolve(
         cli.addr.as_deref(),
         cli.token.as_deref(),
         data_dir.as_deref(),
+        tls,
     )?;
     let (channel, bearer) = connect(&settings).await?;
     let mut c = Clients {
@@ -68,7 +92,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             .max_decoding_message_size(64 << 20),
     };
     let json = cli.json;
-    match cli.command {
+    let result = match cli.command {
         Command::Serve(_) => unreachable!("serve is handled by main"),
         Command::Audit(cmd) => audit(&mut c, cmd, json).await,
         Command::Session(cmd) => session(&mut c, cmd, json).await,
@@ -397,7 +421,8 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 .into_inner();
             output::show(json, &r, output::receipt)
         }
-    }
+    };
+    result.map_err(|e| plaintext_hint(e, &settings))
 }
 
 async fn context(c: &mut Clients, cmd: ContextCommand, json: bool) -> anyhow::Result<()> {

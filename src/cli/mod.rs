@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-pub use client::{ClientSettings, connect};
+pub use client::{ClientSettings, TlsFiles, connect};
 pub use commands::run_client;
 pub use policy::{HoldArgs, HoldState, PolicyCommand, SetArgs};
 
@@ -23,9 +23,19 @@ pub use policy::{HoldArgs, HoldState, PolicyCommand, SetArgs};
     about = "Offload, store and inspect oversized AI tool results"
 )]
 pub struct Cli {
-    /// Server address, `host:port` or `http://host:port`.
+    /// Server address, `host:port` or `http://host:port` (`https://` with TLS).
     #[arg(long, global = true, env = "SPILLWAY_ADDR")]
     pub addr: Option<String>,
+    /// PEM certificate of the CA that signed the server's certificate:
+    /// connect with TLS.
+    #[arg(long = "ca", global = true, value_name = "PEM")]
+    pub tls_ca: Option<PathBuf>,
+    /// PEM client certificate, for servers that require one (mutual TLS).
+    #[arg(long = "cert", global = true, value_name = "PEM", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --cert.
+    #[arg(long = "key", global = true, value_name = "PEM", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
     /// Bearer token. Without one, the dev token of a local dev server is used.
     #[arg(long, global = true, env = "SPILLWAY_TOKEN", hide_env_values = true)]
     pub token: Option<String>,

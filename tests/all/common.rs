@@ -209,19 +209,44 @@ impl TestServer {
     }
 
     pub async fn start_with(adjust: impl FnOnce(&mut Config)) -> Self {
+        let (dir, config) = Self::config_with(adjust).await;
+        Self::start_in(dir, config).await
+    }
+
+    /// The test configuration (the cast's tokens, the shared compile
+    /// cache) in a fresh directory, adjusted.
+    pub async fn config_with(adjust: impl FnOnce(&mut Config)) -> (tempfile::TempDir, Config) {
         warm_compile_cache().await;
         let dir = tempfile::tempdir().unwrap();
         let mut config = test_config(dir.path());
         adjust(&mut config);
-        Self::start_in(dir, config).await
+        (dir, config)
     }
 
     pub async fn start_in(dir: tempfile::TempDir, config: Config) -> Self {
-        Self::start_clocked(dir, config, Arc::new(spillway::clock::SystemClock)).await
+        let server = Self::spawn(dir, config).await;
+        server.wait_ready().await;
+        server
     }
 
     /// A server whose time is `clock` (a `ManualClock` moves by hand).
     pub async fn start_clocked(
+        dir: tempfile::TempDir,
+        config: Config,
+        clock: Arc<dyn spillway::clock::Clock>,
+    ) -> Self {
+        let server = Self::spawn_clocked(dir, config, clock).await;
+        server.wait_ready().await;
+        server
+    }
+
+    /// Starts the server without waiting until it serves (the caller
+    /// probes readiness, e.g. over TLS).
+    pub async fn spawn(dir: tempfile::TempDir, config: Config) -> Self {
+        Self::spawn_clocked(dir, config, Arc::new(spillway::clock::SystemClock)).await
+    }
+
+    async fn spawn_clocked(
         dir: tempfile::TempDir,
         config: Config,
         clock: Arc<dyn spillway::clock::Clock>,
@@ -237,15 +262,13 @@ impl TestServer {
                 let _ = rx.await;
             },
         ));
-        let server = Self {
+        Self {
             addr,
             dir,
             config,
             shutdown: Some(tx),
             handle: Some(handle),
-        };
-        server.wait_ready().await;
-        server
+        }
     }
 
     async fn wait_ready(&self) {

@@ -13,4 +13,6 @@ mod offload;
 mod payloads;
 mod policies;
 mod redaction;
+mod roles;
 mod sessions;
+mod tls;
