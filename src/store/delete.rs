@@ -153,11 +153,17 @@ impl Store {
                 self.commit_removal(&intent)?;
                 // The interrupted call may not have audited it: say here
                 // that it finished (a duplicate is better than a gap).
-                let receipt = self.receipt(&intent.receipt_id)?;
-                self.audit.append(
-                    deletion_event(&receipt, &receipt.requested_by)
-                        .detail(format!("finished after a crash: {}", summary(&receipt))),
-                )?;
+                match self.receipt(&intent.receipt_id) {
+                    Ok(receipt) => {
+                        self.audit.append(
+                            deletion_event(&receipt, &receipt.requested_by)
+                                .detail(format!("finished after a crash: {}", summary(&receipt))),
+                        )?;
+                    }
+                    Err(e) => {
+                        tracing::error!(receipt_id = %intent.receipt_id, error = %e, "an interrupted deletion's receipt is unreadable; finished it without an audit event");
+                    }
+                }
                 finished += 1;
             }
         }
