@@ -143,7 +143,7 @@ pub fn spawn(store: Arc<Store>, config: ReaperConfig) -> (ReaperHandle, ReaperGu
             } else {
                 passes = passes.wrapping_add(1);
                 shared.passes.fetch_add(1, Ordering::SeqCst);
-                if config.rescan_every > 0 && passes % config.rescan_every == 0 {
+                if config.rescan_every > 0 && passes.is_multiple_of(config.rescan_every) {
                     cursor = None;
                 }
                 config.interval

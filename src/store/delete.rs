@@ -155,10 +155,10 @@ impl Store {
                 // that it finished (a duplicate is better than a gap).
                 match self.receipt(&intent.receipt_id) {
                     Ok(receipt) => {
-                        self.audit.append(
-                            deletion_event(&receipt, &receipt.requested_by)
-                                .detail(format!("finished after a crash: {}", summary(&receipt))),
-                        )?;
+                        self.audit
+                            .append(deletion_event(&receipt, &receipt.requested_by).detail(
+                                format!("finished after a crash: {}", summary(&receipt)),
+                            ))?;
                     }
                     Err(e) => {
                         tracing::error!(receipt_id = %intent.receipt_id, error = %e, "an interrupted deletion's receipt is unreadable; finished it without an audit event");
