@@ -1007,3 +1007,56 @@ async fn an_acknowledged_call_is_in_the_log_even_when_the_server_is_killed_right
     let v = verify(&server, AUDREY).await;
     assert!(v.ok, "{v:?}");
 }
+
+/// Swaps the stored events `a` and `b` of acme's chain.
+async fn swap_events(data_dir: &Path, a: u64, b: u64) {
+    let engine = open_engine(data_dir).await;
+    let (ka, kb) = (event_key("acme", a), event_key("acme", b));
+    let va = engine.get(Tree::Audit, &ka).unwrap().expect("event a");
+    let vb = engine.get(Tree::Audit, &kb).unwrap().expect("event b");
+    engine.put(Tree::Audit, &ka, &vb).unwrap();
+    engine.put(Tree::Audit, &kb, &va).unwrap();
+    engine.flush().unwrap();
+}
+
+#[tokio::test]
+async fn reordered_events_in_the_store_or_an_export_and_edited_or_deleted_export_lines_are_caught()
+{
+    let server = TestServer::start().await;
+    let s = create_session(&server, ALICE).await;
+    let mut payloads = server.payloads(ALICE).await;
+    for i in 0..4 {
+        upload(&mut payloads, header(&s.id, &format!("{i}.txt")), b"x\n")
+            .await
+            .unwrap();
+    }
+    // An export (it ends with its own audit.query event) and three
+    // tampered copies of it, each caught by the independent verifier at
+    // the first changed seq.
+    let text = export(&server, AUDREY).await;
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines.len() >= 5);
+    let dir = tempfile::tempdir().unwrap();
+    let check = |name: &str, lines: Vec<String>, want: &str| {
+        let file = dir.path().join(name);
+        std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+        assert_eq!(python_verify(&file), (want.to_owned(), Some(1)), "{name}");
+    };
+    let owned = || lines.iter().map(|l| l.to_string()).collect::<Vec<_>>();
+    let mut edited = owned();
+    edited[2] = edited[2].replace("payload.upload", "payload.uploat");
+    check("edited.jsonl", edited, "bad at seq 3\n");
+    let mut deleted = owned();
+    deleted.remove(1);
+    check("deleted.jsonl", deleted, "bad at seq 2\n");
+    let mut reordered = owned();
+    reordered.swap(2, 3);
+    check("reordered.jsonl", reordered, "bad at seq 3\n");
+
+    // The same reorder in the store: VerifyAudit names the first moved seq.
+    let (dir, config) = server.stop().await;
+    swap_events(&config.data_dir, 3, 4).await;
+    let server = TestServer::start_in(dir, config).await;
+    let v = verify(&server, AUDREY).await;
+    assert_eq!((v.ok, v.first_bad_seq), (false, 3));
+}
