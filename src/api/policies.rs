@@ -115,9 +115,26 @@ impl Policies for PoliciesService {
             })
         })
         .await?;
-        tracing::info!(tenant = %record.tenant, principal = %p.id, locked = record.policy.locked, "tenant policy set");
+        // A shorter retention or TTL applies to what is stored already.
+        let store = self.state.store.clone();
+        let (server, level, tenant) = (
+            self.state.server_policy(),
+            record.policy.clone(),
+            record.tenant.clone(),
+        );
+        let (sessions, payloads) = blocking(move || {
+            store.shorten_lifetimes(&tenant, &|s| {
+                let e = policy::effective(&server, &level, &s.policy);
+                (e.retention, e.session_ttl)
+            })
+        })
+        .await?;
+        if sessions + payloads > 0 {
+            self.state.reaper.rescan();
+        }
+        tracing::info!(tenant = %record.tenant, principal = %p.id, locked = record.policy.locked, sessions, payloads, "tenant policy set");
         let event = NewEvent::new(action::POLICY_SET).detail(format!(
-            "tenant policy set (locked: {}, redact rules: {})",
+            "tenant policy set (locked: {}, redact rules: {}); expiry brought forward for {sessions} sessions and {payloads} payloads",
             record.policy.locked,
             record.policy.redact.len()
         ));

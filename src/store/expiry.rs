@@ -8,12 +8,13 @@
 //! entry that no longer matches its record is dropped.
 
 use std::ops::Bound;
+use std::time::Duration;
 
 use super::delete::{EXPIRY_CLOSE, Request, Target};
-use super::engine::Tree;
-use super::records::{ReceiptRecord, keys};
+use super::engine::{Batch, Tree};
+use super::records::{self, ReceiptRecord, SessionRecord, keys};
 use super::{Result, Store, StoreError};
-use crate::clock::Millis;
+use crate::clock::{self, Millis};
 use crate::ids::{PayloadId, SessionId};
 
 /// The principal deletions by the reaper are recorded under.
@@ -119,6 +120,80 @@ impl Store {
             }
         }
         Ok(())
+    }
+}
+
+impl Store {
+    /// Brings a tenant's sessions and payloads in line with shorter
+    /// lifetimes after its policy changed: whatever now expires earlier
+    /// gets the earlier time (record and expiry entry), nothing is
+    /// extended. `lifetimes` gives a session's effective (retention,
+    /// session TTL). Returns how many sessions and payloads changed.
+    pub fn shorten_lifetimes(
+        &self,
+        tenant: &str,
+        lifetimes: &dyn Fn(&SessionRecord) -> (Duration, Duration),
+    ) -> Result<(u64, u64)> {
+        let prefix = keys::tenant_prefix(tenant);
+        let mut after: Option<Vec<u8>> = None;
+        let (mut sessions, mut payloads) = (0, 0);
+        loop {
+            let page =
+                self.engine
+                    .scan_prefix(Tree::TenantSessions, &prefix, after.as_deref(), 256)?;
+            let done = page.len() < 256;
+            for (key, _) in page {
+                let id = SessionId::parse(&String::from_utf8_lossy(&key[prefix.len() + 8..]))
+                    .map_err(|e| StoreError::Invalid(e.to_string()))?;
+                after = Some(key);
+                let _guard = self.lock(&id);
+                let Some(mut s) = self.session_opt(&id)? else {
+                    continue;
+                };
+                let (retention, ttl) = lifetimes(&s);
+                let mut b = Batch::new();
+                let session_expires = clock::add(s.created_ms, ttl).min(s.expires_ms);
+                if session_expires < s.expires_ms {
+                    b.delete(
+                        Tree::Expiry,
+                        keys::expiry(s.expires_ms, keys::EXPIRY_SESSION, s.id.as_str()),
+                    )
+                    .put(
+                        Tree::Expiry,
+                        keys::expiry(session_expires, keys::EXPIRY_SESSION, s.id.as_str()),
+                        [],
+                    );
+                    s.expires_ms = session_expires;
+                    b.put(Tree::Sessions, s.id.as_str(), records::encode(&s));
+                    sessions += 1;
+                }
+                for mut p in self.session_payloads(&s.id)? {
+                    let expires = clock::add(p.created_ms, retention)
+                        .min(session_expires)
+                        .min(p.expires_ms);
+                    if expires < p.expires_ms {
+                        b.delete(
+                            Tree::Expiry,
+                            keys::expiry(p.expires_ms, keys::EXPIRY_PAYLOAD, p.id.as_str()),
+                        )
+                        .put(
+                            Tree::Expiry,
+                            keys::expiry(expires, keys::EXPIRY_PAYLOAD, p.id.as_str()),
+                            [],
+                        );
+                        p.expires_ms = expires;
+                        b.put(Tree::Payloads, p.id.as_str(), records::encode(&p));
+                        payloads += 1;
+                    }
+                }
+                if !b.is_empty() {
+                    self.engine.commit(&b)?;
+                }
+            }
+            if done {
+                return Ok((sessions, payloads));
+            }
+        }
     }
 }
 

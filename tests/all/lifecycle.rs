@@ -718,3 +718,44 @@ async fn a_deletion_killed_midway_is_finished_at_the_next_start() {
         drop(server);
     }
 }
+
+#[tokio::test]
+async fn a_shorter_tenant_retention_applies_to_payloads_already_stored() {
+    let clock = clock_now();
+    let server = clocked(&clock).await;
+    let s = create_session(&server, ALICE).await;
+    let old = put(
+        &server,
+        &s.id,
+        "old.txt",
+        b"stored under the 7-day default\n",
+    )
+    .await;
+    clock.advance(2 * HOUR);
+    let young = put(&server, &s.id, "young.txt", b"stored just now\n").await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(stat(&server, ALICE, &old.id).await.is_ok());
+
+    PoliciesClient::with_interceptor(server.channel().await, Bearer(Some("tok-admin".into())))
+        .set_policy(proto::SetPolicyRequest {
+            tenant: "acme".into(),
+            policy: Some(proto::Policy {
+                retention: hours(1),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap();
+    eventually("the payload older than the new retention goes", || {
+        gone(&server, &old.id)
+    })
+    .await;
+    let left = stat(&server, ALICE, &young.id).await.unwrap();
+    let expires = left.expires_at.unwrap().seconds * 1000;
+    assert!(
+        expires <= clock.now_ms() + 3_600_000,
+        "the young payload now expires within the hour"
+    );
+    clock.advance(HOUR);
+    eventually("and then the young one", || gone(&server, &young.id)).await;
+}
