@@ -156,6 +156,24 @@ impl AppState {
             .map(drop)
     }
 
+    /// Passes `result` through, after appending `event` with outcome
+    /// `error` when it failed: a deletion refused by a legal hold, a write
+    /// over a quota or a limit. The detail is the error's message, which
+    /// names IDs, limits and counts, never content.
+    pub async fn audit_failure<T>(
+        &self,
+        principal: &Principal,
+        event: NewEvent,
+        result: ApiResult<T>,
+    ) -> ApiResult<T> {
+        let Err(e) = result else { return result };
+        let event = event.outcome(outcome::ERROR).detail(e.to_string());
+        if let Err(failed) = self.audit(principal, event).await {
+            tracing::error!(error = %failed, "could not audit a failed action");
+        }
+        Err(e)
+    }
+
     /// Passes `result` through, after appending an `access.denied` event
     /// when it is a refusal: a role the table does not allow, a use the
     /// session's sharing or a policy does not allow (with `session` and

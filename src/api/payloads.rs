@@ -179,7 +179,15 @@ impl Payloads for PayloadsService {
             }
             crate::offload::offload_turn(&store, &sid, results, &settings, max_results, quota)
         })
-        .await?;
+        .await;
+        let outcomes = self
+            .state
+            .audit_failure(
+                &p,
+                NewEvent::new(action::PAYLOAD_OFFLOAD).session(&session.id),
+                outcomes,
+            )
+            .await?;
         let mut reply = proto::OffloadResponse::default();
         let mut events = Vec::new();
         for o in outcomes {
@@ -354,7 +362,16 @@ impl Payloads for PayloadsService {
             Ok(None) => Err(Status::cancelled(
                 "the upload stream ended early; nothing was stored",
             )),
-            Err(e) => Err(ApiError::from(e).into()),
+            Err(e) => {
+                let event = NewEvent::new(action::PAYLOAD_UPLOAD).session(&session.id);
+                let failed: crate::error::ApiResult<()> = Err(ApiError::from(e));
+                Err(self
+                    .state
+                    .audit_failure(&p, event, failed)
+                    .await
+                    .unwrap_err()
+                    .into())
+            }
         }
     }
 
@@ -666,7 +683,8 @@ impl Payloads for PayloadsService {
             .session(&payload.session_id)
             .payload(&payload.id)
             .sha256(payload.sha256.clone());
-        let receipt = blocking(move || store.delete_payload(&payload.id, &by, &r.reason)).await?;
+        let deleted = blocking(move || store.delete_payload(&payload.id, &by, &r.reason)).await;
+        let receipt = self.state.audit_failure(&p, event.clone(), deleted).await?;
         self.state
             .audit(
                 &p,

@@ -240,7 +240,15 @@ impl Sessions for SessionsService {
         let store = self.state.store.clone();
         let id: SessionId = s.id.clone();
         let by = p.id.clone();
-        let receipt = blocking(move || store.delete_session(&id, &by, &r.reason)).await?;
+        let deleted = blocking(move || store.delete_session(&id, &by, &r.reason)).await;
+        let receipt = self
+            .state
+            .audit_failure(
+                &p,
+                NewEvent::new(action::SESSION_DELETE).session(&s.id),
+                deleted,
+            )
+            .await?;
         self.state
             .audit(
                 &p,

@@ -215,6 +215,13 @@ async fn a_legal_hold_defers_every_deletion_and_its_release_deletes_the_overdue_
         .unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition);
     assert!(err.message().contains("legal hold"), "{}", err.message());
+    let refused: Vec<_> = audit_events(&server, "payload.delete")
+        .await
+        .into_iter()
+        .filter(|e| e.outcome == "error")
+        .collect();
+    assert_eq!(refused.len(), 1, "the refused deletion is audited");
+    assert!(refused[0].detail.contains("legal hold"), "{:?}", refused[0]);
 
     let released = Instant::now();
     hold(&server, &s.id, false).await;
@@ -352,6 +359,13 @@ async fn fifty_concurrent_uploads_against_a_quota_that_fits_ten_store_exactly_te
         }
     }
     assert_eq!(stored, 10);
+    let over: Vec<_> = audit_events(&server, "payload.upload")
+        .await
+        .into_iter()
+        .filter(|e| e.outcome == "error")
+        .collect();
+    assert_eq!(over.len(), 40, "every refused upload is audited");
+    assert!(over.iter().all(|e| e.detail.contains("max_session_bytes")));
     let listed = server
         .payloads(ALICE)
         .await
