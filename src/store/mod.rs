@@ -600,14 +600,7 @@ impl Store {
             ));
         }
         let q = meta.quota;
-        check_quota(
-            "max_payloads",
-            q.max_payloads,
-            "payloads",
-            &s,
-            s.usage_payloads,
-            1,
-        )?;
+        check_count_quota(&q, &s)?;
         let dir = self.blobs.session_dir(session)?;
         Ok(PendingUpload {
             store: self,
@@ -1011,14 +1004,7 @@ impl PendingUpload<'_> {
         // Quotas are checked here, under the session's lock, against the
         // usage as committed: concurrent uploads cannot overshoot.
         let q = self.meta.quota;
-        check_quota(
-            "max_payloads",
-            q.max_payloads,
-            "payloads",
-            &s,
-            s.usage_payloads,
-            1,
-        )?;
+        check_count_quota(&q, &s)?;
         let new_bytes = if duplicate.is_some() { 0 } else { record.size };
         check_quota(
             "max_session_bytes",
@@ -1085,6 +1071,18 @@ impl PendingUpload<'_> {
         }
         Ok(record)
     }
+}
+
+/// Refuses one more payload in a session at its `max_payloads`.
+fn check_count_quota(q: &Quota, s: &SessionRecord) -> Result<()> {
+    check_quota(
+        "max_payloads",
+        q.max_payloads,
+        "payloads",
+        s,
+        s.usage_payloads,
+        1,
+    )
 }
 
 /// Refuses a write that would take `usage` past a nonzero quota.

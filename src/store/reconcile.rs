@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use super::blobs::{self, TEMP_PREFIX};
 use super::engine::Tree;
 use super::records::{self, PayloadRecord};
-use super::{Result, Store, payload_id_from_listing_key};
+use super::{Result, Store};
 use crate::ids::SessionId;
 
 /// What reconciliation found and fixed.
@@ -97,27 +97,7 @@ pub(super) fn reconcile(store: &Store) -> Result<ReconcileReport> {
 fn reconcile_session(store: &Store, id: &SessionId, report: &mut ReconcileReport) -> Result<()> {
     store.blobs.create_session_dir(id)?;
     let dir = store.blobs.session_dir(id)?;
-    let mut records: Vec<PayloadRecord> = Vec::new();
-    let mut after: Option<Vec<u8>> = None;
-    loop {
-        let page = store.engine.scan_prefix(
-            Tree::SessionPayloads,
-            id.as_str().as_bytes(),
-            after.as_deref(),
-            1024,
-        )?;
-        let done = page.len() < 1024;
-        for (key, _) in page {
-            let pid = payload_id_from_listing_key(&key)?;
-            if let Some(p) = store.payload_opt(&pid)? {
-                records.push(p);
-            }
-            after = Some(key);
-        }
-        if done {
-            break;
-        }
-    }
+    let records: Vec<PayloadRecord> = store.session_payloads(id)?;
     let expected: HashSet<&str> = records.iter().map(|p| p.name.as_str()).collect();
     let mut present = HashSet::new();
     let mut removed = false;
