@@ -427,6 +427,9 @@ impl Context for ContextService {
             .into());
         }
         let limit = self.state.config.limits.read_max_bytes;
+        // Without allow_download, Recall returns no more than a Read may.
+        let preview = (!self.state.effective_policy(&session).await?.allow_download)
+            .then(|| self.state.config.offload.preview_size() as u64);
         let store = self.state.store.clone();
         let sid = session.id.clone();
         let found = blocking(move || -> Result<_, ApiError> {
@@ -435,6 +438,14 @@ impl Context for ContextService {
                     "no archived result <<ccr:{key}>> in session {sid}; archives live and die with their session, so it was never archived here or has been deleted"
                 )));
             };
+            if let Some(preview) = preview
+                && p.size > preview
+            {
+                return Err(ApiError::Denied(format!(
+                    "this session's policy has allow_download = false, so Recall returns at most {preview} bytes (the preview size) and the archived result is {} bytes; Read payload {} in ranges of at most {preview} bytes, or Search or Inspect it, or ask compliance to allow downloads",
+                    p.size, p.id
+                )));
+            }
             if p.size > limit {
                 return Err(ApiError::Limit(format!(
                     "the archived result is {} bytes, over limits.read_max_bytes ({limit}); Read payload {} in ranges, or Search it",
@@ -444,7 +455,11 @@ impl Context for ContextService {
             let out = store.read(&p, ReadSpec::Bytes { offset: 0, length: p.size.max(1) }, p.size.max(1))?;
             Ok((p.id.to_string(), String::from_utf8_lossy(&out.data).into_owned(), p.sha256, key))
         })
-        .await?;
+        .await;
+        let found = self
+            .state
+            .refusal(&p, Rpc::Recall, found, session.id.as_str(), "")
+            .await?;
         self.state
             .audit(
                 &p,

@@ -771,3 +771,50 @@ async fn a_payload_expires_after_the_effective_retention() {
         assert!((want - 1..=want).contains(&lives), "{lives}, wanted {want}");
     }
 }
+
+#[tokio::test]
+async fn without_allow_download_recall_returns_no_more_than_a_read_may() {
+    let server = TestServer::start().await;
+    let s = create_with(
+        &server,
+        ALICE,
+        proto::Policy {
+            allow_download: Some(false),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let big: String = (0..400)
+        .map(|i| format!("line {i} of a long result\n"))
+        .collect();
+    let small = "a short result\n";
+    let mut payloads = server.payloads(ALICE).await;
+    for (name, body) in [("big.txt", big.as_str()), ("small.txt", small)] {
+        upload(&mut payloads, header(&s.id, name), body.as_bytes())
+            .await
+            .unwrap();
+    }
+    let key = |text: &str| spillway::context::compact::recall_key(text);
+    let mut context = spillway::proto::context_client::ContextClient::with_interceptor(
+        server.channel().await,
+        Bearer(Some(ALICE.into())),
+    );
+    let recall = |key: String| proto::RecallRequest {
+        session_id: s.id.clone(),
+        key,
+    };
+    let err = context.recall(recall(key(&big))).await.unwrap_err();
+    assert_eq!(err.code(), Code::PermissionDenied);
+    assert!(
+        err.message().contains("allow_download = false"),
+        "{}",
+        err.message()
+    );
+    let ok = context
+        .recall(recall(key(small)))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(ok.content, small);
+}
