@@ -829,3 +829,80 @@ async fn oversized_scripts_and_stderr_floods_hit_their_named_limits() {
     );
     assert_eq!(r.usage.unwrap().stderr_bytes, 64 << 10);
 }
+
+#[tokio::test]
+async fn input_output_module_args_and_scratch_entry_limits_are_each_named_when_hit() {
+    let server = TestServer::start_with(|c| {
+        c.sandbox.max_module_bytes = 64 << 10;
+        c.sandbox.max_scratch_entries = 50;
+    })
+    .await;
+    let (sid, p) = session_with(&server, "d.json", b"[1]").await;
+    let mut c = server.codemode(ALICE).await;
+    let named = |err: &tonic::Status, key: &str| {
+        assert!(err.message().contains(key), "{key}: {}", err.message());
+    };
+
+    // More than 1000 inputs: refused before any is looked up.
+    let mut many = exec(&sid, "jq", ".");
+    many.inputs = (0..1001).map(|_| p.id.clone()).collect();
+    let err = c.exec(many).await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    named(&err, "at most 1000 payloads");
+
+    // A module over sandbox.max_module_bytes (the probe is larger than 64 KiB).
+    assert!(probe_module().len() > 64 << 10);
+    let err = c.exec(probe(&sid, &["args"])).await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    named(&err, "max_module_bytes");
+
+    // Args over sandbox.max_args_bytes (64 KiB by default).
+    let mut long = exec(&sid, "jq", ".");
+    long.args = vec![p.id.clone(), "a".repeat(70 << 10)];
+    let err = c.exec(long).await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    named(&err, "max_args_bytes");
+
+    // More scratch entries than sandbox.max_scratch_entries: stopped.
+    let r = c
+        .exec(exec(
+            &sid,
+            "python",
+            "import time\nfor i in range(100000):\n    open(f'/tmp/f{i}', 'w').close()\n    time.sleep(0.001)",
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(status(&r), ExecStatus::OutputLimit, "{}", r.message);
+    assert!(
+        r.message.contains("50 entries"),
+        "the message names the entry limit: {}",
+        r.message
+    );
+
+    // More than 100 files in /out: the first 100 by name are kept, and the
+    // message says so.
+    let mut keep = exec(
+        &sid,
+        "python",
+        "for i in range(105):\n    open(f'/out/o{i:03}.txt', 'w').write(str(i))",
+    );
+    keep.keep_outputs = true;
+    let server_big = TestServer::start().await;
+    let (sid2, _) = session_with(&server_big, "d.json", b"[1]").await;
+    keep.session_id = sid2;
+    let r = server_big
+        .codemode(ALICE)
+        .await
+        .exec(keep)
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(status(&r), ExecStatus::Ok, "{}", r.message);
+    assert_eq!(r.outputs.len(), 100);
+    assert!(
+        r.message.contains("held 105 files and only the first 100"),
+        "{}",
+        r.message
+    );
+}
