@@ -906,3 +906,41 @@ async fn input_output_module_args_and_scratch_entry_limits_are_each_named_when_h
         r.message
     );
 }
+
+#[tokio::test]
+async fn a_closed_sessions_large_stdout_is_cut_to_what_a_reply_holds_and_the_message_says_so() {
+    let server = TestServer::start_with(|c| c.limits.max_response_message_bytes = 256 << 10).await;
+    let (sid, _) = session_with(&server, "d.json", b"[1]").await;
+    server
+        .sessions(ALICE)
+        .await
+        .close_session(proto::CloseSessionRequest {
+            session_id: sid.clone(),
+        })
+        .await
+        .unwrap();
+    let mut req = exec(&sid, "python", "print('x' * 300000)");
+    req.limits = Some(proto::ExecLimits {
+        max_stdout_bytes: 1 << 20,
+        ..Default::default()
+    });
+    let r = server
+        .codemode(ALICE)
+        .await
+        .exec(req)
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(status(&r), ExecStatus::Ok, "{}", r.message);
+    assert!(
+        r.stdout_payload.is_none(),
+        "a closed session takes no payload"
+    );
+    assert_eq!(r.stdout.len(), 128 << 10);
+    assert!(
+        r.message
+            .contains("stdout was 300001 bytes and the session is closed"),
+        "{}",
+        r.message
+    );
+}
