@@ -4,7 +4,7 @@ CARGO ?= cargo
 BIN := $(CARGO) run --release --locked --quiet --
 ENGINES := redb sled
 
-.PHONY: help build run test test-engine lint fmt images bench clean
+.PHONY: help build run test test-engine lint fmt images bench reliability reliability-smoke fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -43,6 +43,14 @@ bench: images ## Benchmarks with ratios against raw disk, serde_json, ripgrep, j
 	$(CARGO) bench --locked --bench offload_inspect_search
 	$(CARGO) bench --locked --bench compact_history
 	$(CARGO) bench --locked --bench codemode
+
+reliability: images ## Release build, then the full reliability suite against the real binary (about 10 minutes); writes RELIABILITY.md
+	$(CARGO) build --release --locked --bin spillway --example reliability
+	$(CARGO) run --release --locked --quiet --example reliability -- --out RELIABILITY.md $(RELIABILITY_ARGS)
+
+reliability-smoke: images ## The short reliability suite CI runs (debug build, under 5 minutes)
+	$(CARGO) build --locked --bin spillway --example reliability
+	$(CARGO) run --locked --quiet --example reliability -- --smoke $(RELIABILITY_ARGS)
 
 clean: ## Remove build output and the local dev data
 	$(CARGO) clean
