@@ -4,6 +4,7 @@
 //! deleted, the audit chain verifies and no orphan file remains.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -80,16 +81,20 @@ pub async fn crash(opts: &Opts) -> Result<Outcome> {
         for _ in 0..2 {
             sessions.push(server.session(None).await?);
         }
+        // The workers stop at the kill (their next call fails) or, for those
+        // with nothing to do, when `killed` is set; 30 s bounds them anyway.
         let stop = Instant::now() + Duration::from_secs(30);
+        let killed = Arc::new(AtomicBool::new(false));
         let mut tasks = tokio::task::JoinSet::new();
         for u in 0..6u64 {
             let mut p = server.payloads().await?;
             let sessions = sessions.clone();
             let state = state.clone();
+            let killed = killed.clone();
             let mut rng = StdRng::seed_from_u64(rng.random::<u64>() ^ u);
             tasks.spawn(async move {
                 let mut i = 0;
-                while Instant::now() < stop {
+                while Instant::now() < stop && !killed.load(Ordering::Relaxed) {
                     i += 1;
                     let size = rng.random_range(1_000..256_000);
                     let mut data = vec![0u8; size];
@@ -117,9 +122,10 @@ pub async fn crash(opts: &Opts) -> Result<Outcome> {
         {
             let mut p = server.payloads().await?;
             let state = state.clone();
+            let killed = killed.clone();
             let mut rng = StdRng::seed_from_u64(rng.random::<u64>());
             tasks.spawn(async move {
-                while Instant::now() < stop {
+                while Instant::now() < stop && !killed.load(Ordering::Relaxed) {
                     tokio::time::sleep(Duration::from_millis(rng.random_range(5..40))).await;
                     let pick = {
                         let mut s = state.lock().unwrap();
@@ -154,9 +160,10 @@ pub async fn crash(opts: &Opts) -> Result<Outcome> {
         {
             let mut c = server.sessions().await?;
             let state = state.clone();
+            let killed = killed.clone();
             let mut rng = StdRng::seed_from_u64(rng.random::<u64>());
             tasks.spawn(async move {
-                while Instant::now() < stop {
+                while Instant::now() < stop && !killed.load(Ordering::Relaxed) {
                     tokio::time::sleep(Duration::from_millis(rng.random_range(50..400))).await;
                     let pick = {
                         let mut s = state.lock().unwrap();
@@ -188,6 +195,7 @@ pub async fn crash(opts: &Opts) -> Result<Outcome> {
         kill_points.push(kill_ms);
         tokio::time::sleep(Duration::from_millis(kill_ms)).await;
         server.kill9();
+        killed.store(true, Ordering::Relaxed);
         while tasks.join_next().await.is_some() {}
         state.lock().unwrap().old_sessions.extend(sessions);
     }

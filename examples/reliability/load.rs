@@ -396,7 +396,13 @@ pub async fn hostile(opts: &Opts, baseline: Option<LoadRun>) -> Result<Outcome> 
                         tokio::time::sleep(Duration::from_millis(100)).await;
                         format!("{kind}: RESOURCE_EXHAUSTED")
                     }
-                    Err(e) => format!("{kind}: error {:?}", e.code()),
+                    // Execs of the hostile session take all its payloads as
+                    // inputs, and the flood's stdout payloads are deleted as
+                    // they come: an exec may find an input gone (NOT_FOUND).
+                    Err(e) if e.code() == Code::NotFound => {
+                        format!("{kind}: NOT_FOUND (input deleted)")
+                    }
+                    Err(e) => format!("{kind}: error {:?}: {}", e.code(), e.message()),
                 };
                 *outcomes.lock().unwrap().entry(key).or_default() += 1;
             }

@@ -232,12 +232,15 @@ async fn main() -> Result<()> {
             outcome.elapsed.as_secs_f64()
         );
         outcomes.push(outcome);
+        // Written after every scenario, so an interrupted run keeps the
+        // scenarios it finished.
+        if let Some(out) = &args.out {
+            let md = report(&args, &opts, &outcomes, started.elapsed(), &load_before);
+            std::fs::write(out, md)?;
+        }
     }
     let md = report(&args, &opts, &outcomes, started.elapsed(), &load_before);
     println!("{md}");
-    if let Some(out) = &args.out {
-        std::fs::write(out, &md)?;
-    }
     let failed: Vec<_> = outcomes
         .iter()
         .filter(|o| o.verdict == Verdict::Fail)
