@@ -100,7 +100,7 @@ fuzz_target!(|input: (u16, u16, u8, &[u8])| {
     }
     // Arbitrary bytes as an encoded index: no panic.
     if let Some(i) = LineIndex::decode(pattern) {
-        let _ = i.anchor_for_line(u64::from(len));
-        let _ = i.anchor_for_offset(u64::from(chunk) * 1000);
+        let _ = i.anchor_for_line(len as u64);
+        let _ = i.anchor_for_offset(chunk as u64 * 1000);
     }
 });
