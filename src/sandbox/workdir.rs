@@ -328,14 +328,13 @@ mod tests {
         drop(work);
         // The payload's file went away between resolving and linking, as
         // when a DeletePayload races the exec.
-        let err = root
-            .create(
-                "x2",
-                &[input(&dir, "pay_a", "a.txt"), input(&dir, "pay_b", "b.txt")],
-                "",
-            )
-            .err()
-            .expect("a missing input fails the exec");
+        let Err(err) = root.create(
+            "x2",
+            &[input(&dir, "pay_a", "a.txt"), input(&dir, "pay_b", "b.txt")],
+            "",
+        ) else {
+            panic!("a missing input fails the exec");
+        };
         assert!(
             matches!(&err, SandboxError::InputGone(id) if id == "pay_b"),
             "{err:?}"
