@@ -42,7 +42,7 @@ bench: images ## Benchmarks with ratios against raw disk, serde_json, ripgrep, j
 	CARGO="$(CARGO)" bash scripts/benchmarks.sh > BENCHMARKS.md.new
 	mv BENCHMARKS.md.new BENCHMARKS.md
 
-reliability: images ## Release build, then the full reliability suite against the real binary (about 10 minutes); writes RELIABILITY.md
+reliability: images ## Release build, then the full reliability suite against the real binary (about 6 minutes); writes RELIABILITY.md
 	$(CARGO) build --release --locked --bin spillway --example reliability
 	$(CARGO) run --release --locked --quiet --example reliability -- --out RELIABILITY.md $(RELIABILITY_ARGS)
 
