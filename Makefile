@@ -4,7 +4,7 @@ CARGO ?= cargo
 BIN := $(CARGO) run --release --locked --quiet --
 ENGINES := redb sled
 
-.PHONY: help build run test test-engine lint fmt images bench clean
+.PHONY: help build run test test-engine lint fmt images bench reliability reliability-smoke fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -36,13 +36,33 @@ images: ## Build the code-mode sandbox images (jq, javascript, python) into sand
 
 JAQ := sandbox-images/build/tools/bin/jaq
 
-bench: images ## Benchmarks with ratios against raw disk, serde_json, ripgrep, jaq and native Rust (see benches/)
+bench: images ## Benchmarks with ratios against raw disk, serde_json, ripgrep, jaq and native Rust (see benches/); writes BENCHMARKS.md
 	@command -v rg >/dev/null || (apt-get update -qq && apt-get install -y -qq ripgrep)
 	@test -x $(JAQ) || $(CARGO) install --locked --quiet jaq@3.1.2 --root sandbox-images/build/tools
-	$(CARGO) bench --locked --bench io_throughput
-	$(CARGO) bench --locked --bench offload_inspect_search
-	$(CARGO) bench --locked --bench compact_history
-	$(CARGO) bench --locked --bench codemode
+	CARGO="$(CARGO)" bash scripts/benchmarks.sh > BENCHMARKS.md.new
+	mv BENCHMARKS.md.new BENCHMARKS.md
+
+reliability: images ## Release build, then the full reliability suite against the real binary (about 6 minutes); writes RELIABILITY.md
+	$(CARGO) build --release --locked --bin spillway --example reliability
+	$(CARGO) run --release --locked --quiet --example reliability -- --out RELIABILITY.md $(RELIABILITY_ARGS)
+
+reliability-smoke: images ## The short reliability suite CI runs (debug build, under 5 minutes)
+	$(CARGO) build --locked --bin spillway --example reliability
+	$(CARGO) run --locked --quiet --example reliability -- --smoke $(RELIABILITY_ARGS)
+
+FUZZ_SECONDS ?= 180
+FUZZ_TARGETS := preview inspect line_index history policy_merge
+# cargo-fuzz builds on nightly with sanitizer flags, into its own target dir.
+FUZZ_TARGET_DIR ?= $(CURDIR)/fuzz/target
+
+fuzz: ## Each cargo-fuzz target (fuzz/) for FUZZ_SECONDS (default 180) from its committed seed corpus, on nightly
+	@command -v cargo-fuzz >/dev/null || $(CARGO) install --locked cargo-fuzz
+	@for t in $(FUZZ_TARGETS); do \
+		echo "== fuzz $$t for $(FUZZ_SECONDS) s"; \
+		mkdir -p fuzz/target/corpus/$$t; \
+		(cd fuzz && CARGO_TARGET_DIR=$(FUZZ_TARGET_DIR) cargo +nightly fuzz run $$t \
+			target/corpus/$$t corpus/$$t -- -max_total_time=$(FUZZ_SECONDS) -max_len=65536) || exit 1; \
+	done
 
 clean: ## Remove build output and the local dev data
 	$(CARGO) clean

@@ -3,6 +3,9 @@
 //!
 //! - Offload of one turn of 8 results totalling 50 MB (decision, previews,
 //!   durable storage) against raw write + fsync of the same 8 buffers;
+//! - Offload decisions per second: turns of 8 small results that stay
+//!   inline, against the same number of gRPC health checks (the floor of any
+//!   call on the connection);
 //! - Inspect of a 200 MB JSON array against `serde_json` parsing the same
 //!   file into a `Value`;
 //! - Search of a 500 MB text payload against `rg` on the same file.
@@ -188,6 +191,59 @@ async fn main() {
         total as f64 / MB as f64 / o,
         r * 1e3,
         r / o
+    );
+
+    // Offload decisions: turns of 8 small results that all stay inline, one
+    // after another, against the floor of any RPC on the same connection (a
+    // gRPC health check).
+    let calls = 2000;
+    let session = new_session(&mut server).await;
+    let small: Vec<proto::ToolResult> = (0..8)
+        .map(|i| proto::ToolResult {
+            tool_call_id: format!("call_{i}"),
+            tool_name: "grep".into(),
+            content: json_records(2_000, i).into(),
+            content_type: "application/json".into(),
+            is_error: false,
+        })
+        .collect();
+    let mut decide_times = Vec::new();
+    let mut floor_times = Vec::new();
+    let mut health = tonic_health::pb::health_client::HealthClient::new(server.channel.clone());
+    for _ in 0..rounds {
+        let t = std::time::Instant::now();
+        for turn in 0..calls {
+            let reply = server
+                .payloads
+                .offload(proto::OffloadRequest {
+                    session_id: session.clone(),
+                    turn,
+                    results: small.clone(),
+                    settings: None,
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            assert!(reply.outcomes.iter().all(|o| o.payload.is_none()));
+        }
+        decide_times.push(t.elapsed().as_secs_f64());
+        let t = std::time::Instant::now();
+        for _ in 0..calls {
+            health
+                .check(tonic_health::pb::HealthCheckRequest::default())
+                .await
+                .unwrap();
+        }
+        floor_times.push(t.elapsed().as_secs_f64());
+    }
+    let (d, f) = (median(decide_times), median(floor_times));
+    println!(
+        "| Offload decisions, {calls} turns of 8 × 2 KB inline results | {:.0} ms | {:.0} decisions/s ({:.0} turns/s) | {calls} gRPC health checks | {:.0} ms | {:.2} |",
+        d * 1e3,
+        f64::from(calls) * 8.0 / d,
+        f64::from(calls) / d,
+        f * 1e3,
+        f / d
     );
 
     // Inspect: 200 MB JSON array vs serde_json.

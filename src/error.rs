@@ -119,6 +119,7 @@ fn sandbox_code(s: &SandboxError) -> Code {
     match s {
         SandboxError::UnknownRuntime(..) | SandboxError::BadRequest(_) => Code::InvalidArgument,
         SandboxError::Image { .. } => Code::FailedPrecondition,
+        SandboxError::InputGone(_) => Code::NotFound,
         SandboxError::Busy { .. } | SandboxError::TooLarge { .. } => Code::ResourceExhausted,
         SandboxError::Setup(_) | SandboxError::Io(_) => Code::Internal,
     }

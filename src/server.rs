@@ -11,7 +11,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::service::interceptor::InterceptedService;
 
 use crate::api::{
@@ -270,7 +269,13 @@ pub async fn run_with_clock(
         .add_service(InterceptedService::new(codemode, auth.clone()))
         .add_service(InterceptedService::new(audit, auth.clone()))
         .add_service(InterceptedService::new(policies, auth))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal);
+        // TCP_NODELAY: without it, a reply that follows a small write of
+        // ours (a WINDOW_UPDATE for a large request) waits for the client's
+        // delayed ACK, 40 ms on Linux.
+        .serve_with_incoming_shutdown(
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+            signal,
+        );
     tokio::pin!(serve);
 
     let grace = config.shutdown_grace;

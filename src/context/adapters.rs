@@ -304,6 +304,13 @@ fn anthropic_in(m: &Map<String, Value>, where_: &str) -> Result<Message, Adapter
             .collect::<Result<Vec<_>, _>>()?,
         other => texts(other, &format!("{where_}.content"))?,
     };
+    // Export folds system messages into the top-level `system` string, which
+    // holds text only: refuse calls and results there rather than drop them.
+    if role == Role::System && blocks.iter().any(|b| !matches!(b, Block::Text(_))) {
+        return Err(err(format!(
+            "{where_} is a system message with tool_use or tool_result blocks; a system message holds text only"
+        )));
+    }
     Ok(Message { role, blocks })
 }
 
@@ -356,6 +363,31 @@ fn anthropic_out(m: &Message, out: &mut Vec<Value>) {
 
 #[cfg(test)]
 mod tests {
+    /// Found by `fuzz/fuzz_targets/history.rs`: a tool call in an Anthropic
+    /// system message used to import, then vanish on export (system
+    /// messages become the top-level text-only `system`).
+    #[test]
+    fn anthropic_system_message_with_a_tool_call_is_refused_not_dropped() {
+        let v = serde_json::json!({"messages": [
+            {"role": "system", "content": [
+                {"type": "text", "text": "ok"},
+                {"type": "tool_use", "id": "t1", "name": "read", "input": {}}
+            ]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "x"}]}
+        ]});
+        let e = super::import(v, super::Format::Anthropic).unwrap_err();
+        assert!(
+            e.to_string().contains("messages[0] is a system message"),
+            "{e}"
+        );
+        // Text-only system messages are still fine.
+        let v = serde_json::json!({"messages": [
+            {"role": "system", "content": [{"type": "text", "text": "ok"}]},
+            {"role": "user", "content": "hi"}
+        ]});
+        assert!(super::import(v, super::Format::Anthropic).is_ok());
+    }
+
     use super::*;
 
     fn round_trip(v: Value, f: Format) -> Value {

@@ -136,6 +136,11 @@ pub enum SandboxError {
     /// The request is malformed.
     #[error("{0}")]
     BadRequest(String),
+    /// An input payload was deleted after the exec resolved it.
+    #[error(
+        "payload {0} was deleted while the exec was being set up; list the session's payloads and run the script again"
+    )]
+    InputGone(String),
     /// The sandbox could not be set up (host-side failure).
     #[error("could not set up the sandbox: {0}")]
     Setup(String),

@@ -21,6 +21,8 @@ use cap_std::ambient_authority;
 use cap_std::fs::{Dir, File};
 use serde::Serialize;
 
+use super::SandboxError;
+
 /// Deepest directory nesting [`WorkDir::usage`] follows.
 const MAX_DEPTH: usize = 32;
 
@@ -74,8 +76,15 @@ impl WorkRoot {
         })
     }
 
-    /// Builds the directory of one exec.
-    pub fn create(&self, exec_id: &str, inputs: &[ExecInput], script: &str) -> io::Result<WorkDir> {
+    /// Builds the directory of one exec. An input whose file is gone (the
+    /// payload was deleted after the caller resolved it) is
+    /// [`SandboxError::InputGone`], not a host I/O failure.
+    pub fn create(
+        &self,
+        exec_id: &str,
+        inputs: &[ExecInput],
+        script: &str,
+    ) -> Result<WorkDir, SandboxError> {
         self.root.create_dir(exec_id)?;
         // From here on, dropping `work` removes the directory.
         let mut work = WorkDir {
@@ -95,7 +104,13 @@ impl WorkRoot {
         };
         let mut listed = Vec::with_capacity(inputs.len());
         for input in inputs {
-            let path = link_input(input, &dirs.payloads)?;
+            let path = link_input(input, &dirs.payloads).map_err(|e| {
+                if e.kind() == io::ErrorKind::NotFound {
+                    SandboxError::InputGone(input.id.clone())
+                } else {
+                    SandboxError::Io(e)
+                }
+            })?;
             listed.push(GuestPayload {
                 id: &input.id,
                 name: &input.name,
@@ -280,5 +295,53 @@ impl Drop for WorkDir {
         if let Err(e) = self.root.remove_dir_all(&self.name) {
             tracing::warn!(exec = %self.name, error = %e, "could not remove an exec directory");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input(dir: &Arc<Dir>, id: &str, file_name: &str) -> ExecInput {
+        ExecInput {
+            id: id.into(),
+            name: format!("{id}.txt"),
+            size: 1,
+            content_type: "text/plain".into(),
+            dir: dir.clone(),
+            file_name: file_name.into(),
+        }
+    }
+
+    #[test]
+    fn an_input_deleted_before_linking_is_input_gone_and_leaves_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let session = tmp.path().join("session");
+        std::fs::create_dir(&session).unwrap();
+        std::fs::write(session.join("a.txt"), b"a").unwrap();
+        let dir = Arc::new(Dir::open_ambient_dir(&session, ambient_authority()).unwrap());
+        let root = WorkRoot::open(&tmp.path().join("data")).unwrap();
+
+        let work = root
+            .create("x1", &[input(&dir, "pay_a", "a.txt")], "")
+            .unwrap();
+        drop(work);
+        // The payload's file went away between resolving and linking, as
+        // when a DeletePayload races the exec.
+        let Err(err) = root.create(
+            "x2",
+            &[input(&dir, "pay_a", "a.txt"), input(&dir, "pay_b", "b.txt")],
+            "",
+        ) else {
+            panic!("a missing input fails the exec");
+        };
+        assert!(
+            matches!(&err, SandboxError::InputGone(id) if id == "pay_b"),
+            "{err:?}"
+        );
+        let left: Vec<_> = std::fs::read_dir(tmp.path().join("data").join("exec"))
+            .unwrap()
+            .collect();
+        assert!(left.is_empty(), "the exec directory is removed: {left:?}");
     }
 }

@@ -418,3 +418,46 @@ async fn a_turn_with_more_results_than_allowed_is_resource_exhausted() {
         err.message()
     );
 }
+
+/// A turn of small results that all stay inline is answered in about a
+/// millisecond on a warm connection. Its 16 KB request makes the server
+/// send a WINDOW_UPDATE first; without TCP_NODELAY on accepted
+/// connections, Nagle's algorithm then held the reply until the client's
+/// delayed ACK, 40 ms later, on every call.
+#[tokio::test]
+async fn a_small_inline_turn_is_not_held_by_nagle() {
+    let server = TestServer::start().await;
+    let session = create_session(&server, ALICE).await;
+    let mut p = server.payloads(ALICE).await;
+    let results: Vec<proto::ToolResult> = (0..8)
+        .map(|i| proto::ToolResult {
+            tool_call_id: format!("call_{i}"),
+            tool_name: "grep".into(),
+            content: format!("{{\"line\": {i}, \"text\": \"{}\"}}", "x".repeat(2000)).into(),
+            content_type: "application/json".into(),
+            is_error: false,
+        })
+        .collect();
+    let mut took = Vec::new();
+    for turn in 0..30 {
+        let started = std::time::Instant::now();
+        let r = p
+            .offload(proto::OffloadRequest {
+                session_id: session.id.clone(),
+                turn,
+                results: results.clone(),
+                settings: None,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        took.push(started.elapsed());
+        assert!(r.outcomes.iter().all(|o| o.payload.is_none()));
+    }
+    took.sort();
+    let median = took[took.len() / 2];
+    assert!(
+        median < std::time::Duration::from_millis(20),
+        "median Offload took {median:?}: {took:?}"
+    );
+}

@@ -1,0 +1,474 @@
+//! Load, and load with a hostile neighbour.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use spillway::proto::{self, ExecStatus};
+use tonic::Code;
+
+use crate::harness::*;
+
+/// What one load run measured.
+#[derive(Clone)]
+pub struct LoadRun {
+    pub secs: f64,
+    pub ops: u64,
+    pub stats: BTreeMap<&'static str, RpcStats>,
+    pub peak_rss: u64,
+    pub hwm: u64,
+}
+
+impl LoadRun {
+    pub fn p99(&self, rpc: &str) -> u64 {
+        self.stats
+            .get(rpc)
+            .map(|s| {
+                let mut v = s.micros.clone();
+                v.sort_unstable();
+                pct(&v, 99.0)
+            })
+            .unwrap_or(0)
+    }
+
+    /// Errors other than RESOURCE_EXHAUSTED, and the count of those.
+    pub fn errors(&self) -> (Vec<String>, u64) {
+        let mut bad = Vec::new();
+        let mut exhausted = 0;
+        for (rpc, s) in &self.stats {
+            for (e, n) in &s.errors {
+                if e.starts_with("ResourceExhausted") {
+                    exhausted += n;
+                } else {
+                    bad.push(format!("{rpc}: {n} × {e}"));
+                }
+            }
+        }
+        (bad, exhausted)
+    }
+
+    pub fn table(&self, title: &str) -> String {
+        let mut t = format!(
+            "\n**{title}**: {} calls in {:.0} s = {:.0} calls/s; server peak RSS {} (VmHWM {})\n\n\
+             | RPC | calls | p50 | p99 | max | RESOURCE_EXHAUSTED | other errors |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+            self.ops,
+            self.secs,
+            self.ops as f64 / self.secs,
+            mib(self.peak_rss),
+            mib(self.hwm)
+        );
+        for (rpc, s) in &self.stats {
+            let mut v = s.micros.clone();
+            v.sort_unstable();
+            let exhausted: u64 = s
+                .errors
+                .iter()
+                .filter(|(e, _)| e.starts_with("ResourceExhausted"))
+                .map(|(_, n)| n)
+                .sum();
+            let other: u64 = s.errors.values().sum::<u64>() - exhausted;
+            t.push_str(&format!(
+                "| {rpc} | {} | {} | {} | {} | {exhausted} | {other} |\n",
+                v.len(),
+                ms(pct(&v, 50.0)),
+                ms(pct(&v, 99.0)),
+                ms(v.last().copied().unwrap_or(0)),
+            ));
+        }
+        t
+    }
+}
+
+/// An NDJSON payload of about `bytes`, with a findable word on some lines.
+fn seed_payload(bytes: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes + 200);
+    let mut i = 0u64;
+    while out.len() < bytes {
+        let status = ["ok", "error", "retry"][(i % 3) as usize];
+        let word = if i.is_multiple_of(97) {
+            "needle"
+        } else {
+            "hay"
+        };
+        out.extend_from_slice(
+            format!(
+                "{{\"id\":{i},\"status\":\"{status}\",\"ms\":{},\"msg\":\"{word} request handled by worker {}\"}}\n",
+                i * 7 % 1000,
+                i % 16
+            )
+            .as_bytes(),
+        );
+        i += 1;
+    }
+    out
+}
+
+/// 64 clients (16 in smoke) mixing Offload, Read, Search, Inspect and Exec
+/// against `server` until `duration` has passed.
+pub async fn run_load(
+    server: &Server,
+    clients: usize,
+    duration: Duration,
+    seed: u64,
+) -> Result<LoadRun> {
+    let sessions = 8;
+    let mut targets = Vec::new();
+    let mut p = server.payloads().await?;
+    for s in 0..sessions {
+        let sid = server.session(None).await?;
+        let payload = upload(&mut p, &sid, "seed.ndjson", &seed_payload(256 << 10)).await?;
+        targets.push((sid, payload.id));
+        let _ = s;
+    }
+    let targets = Arc::new(targets);
+    let rec = Arc::new(Recorder::default());
+    let sampler = RssSampler::start(server.pid());
+    let started = Instant::now();
+    let deadline = started + duration;
+    let mut tasks = tokio::task::JoinSet::new();
+    for c in 0..clients {
+        let channel = server.channel().await?;
+        let targets = targets.clone();
+        let rec = rec.clone();
+        tasks.spawn(async move {
+            let mut rng = StdRng::seed_from_u64(seed ^ (c as u64) << 32);
+            let mut p = payloads_on(channel.clone());
+            let mut x = codemode_on(channel);
+            let (sid, pid) = targets[c % targets.len()].clone();
+            let mut n = 0u64;
+            while Instant::now() < deadline {
+                n += 1;
+                let op = rng.random_range(0..100u32);
+                let t = Instant::now();
+                let (rpc, r): (&'static str, Result<(), tonic::Status>) = match op {
+                    0..25 => {
+                        let big: String = "offloaded tool output line\n".repeat(160);
+                        let req = proto::OffloadRequest {
+                            session_id: sid.clone(),
+                            turn: n as u32,
+                            results: vec![
+                                proto::ToolResult {
+                                    tool_call_id: format!("c{c}-{n}-a"),
+                                    tool_name: "load".into(),
+                                    content: b"small result".to_vec().into(),
+                                    ..Default::default()
+                                },
+                                proto::ToolResult {
+                                    tool_call_id: format!("c{c}-{n}-b"),
+                                    tool_name: "load".into(),
+                                    content: big.into_bytes().into(),
+                                    ..Default::default()
+                                },
+                            ],
+                            settings: Some(proto::OffloadSettings {
+                                per_call_tokens: Some(500),
+                                aggregate_tokens: Some(1000),
+                                ..Default::default()
+                            }),
+                        };
+                        ("Offload", p.offload(req).await.map(|_| ()))
+                    }
+                    25..50 => {
+                        let start = rng.random_range(1..2000u64);
+                        let req = proto::ReadRequest {
+                            payload_id: pid.clone(),
+                            max_bytes: 16 << 10,
+                            range: Some(proto::read_request::Range::LineRange(proto::LineRange {
+                                start_line: start,
+                                end_line: start + 50,
+                            })),
+                        };
+                        ("Read", p.read(req).await.map(|_| ()))
+                    }
+                    50..70 => {
+                        let req = proto::SearchRequest {
+                            session_id: sid.clone(),
+                            payload_ids: vec![pid.clone()],
+                            pattern: "needle".into(),
+                            fixed_string: true,
+                            max_matches: 20,
+                            ..Default::default()
+                        };
+                        ("Search", p.search(req).await.map(|_| ()))
+                    }
+                    70..85 => {
+                        let req = proto::PayloadRequest {
+                            payload_id: pid.clone(),
+                        };
+                        ("Inspect", p.inspect(req).await.map(|_| ()))
+                    }
+                    _ => {
+                        let req = proto::ExecRequest {
+                            session_id: sid.clone(),
+                            runtime: "jq".into(),
+                            source: "select(.status == \"error\") | .id".into(),
+                            inputs: vec![pid.clone()],
+                            ..Default::default()
+                        };
+                        let r = x.exec(req).await.and_then(|r| {
+                            let r = r.into_inner();
+                            if r.status == ExecStatus::Ok as i32 {
+                                Ok(())
+                            } else {
+                                Err(tonic::Status::unknown(format!(
+                                    "exec status {}: {}",
+                                    r.status, r.message
+                                )))
+                            }
+                        });
+                        ("Exec", r)
+                    }
+                };
+                match r {
+                    Ok(()) => rec.ok(rpc, t.elapsed()),
+                    Err(e) => rec.err(rpc, &e),
+                }
+            }
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r?;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let peak_rss = sampler.stop();
+    let (_, hwm) = server.rss();
+    Ok(LoadRun {
+        secs,
+        ops: rec.ops.load(Ordering::Relaxed),
+        stats: rec.snapshot(),
+        peak_rss,
+        hwm,
+    })
+}
+
+pub fn load_params(opts: &Opts) -> (usize, Duration) {
+    if opts.smoke {
+        (16, Duration::from_secs(8))
+    } else {
+        (64, Duration::from_secs(60))
+    }
+}
+
+pub async fn load(opts: &Opts) -> Result<(Outcome, Option<LoadRun>)> {
+    let mut out = Outcome::new("load");
+    let dir = tempfile::tempdir_in(&opts.work_dir)?;
+    let config = write_config(opts, dir.path(), "")?;
+    let server = Server::start(
+        opts,
+        &config,
+        &dir.path().join("data"),
+        &dir.path().join("log"),
+    )
+    .await?;
+    let (clients, duration) = load_params(opts);
+    let run = run_load(&server, clients, duration, opts.seed).await?;
+    let (bad, exhausted) = run.errors();
+    out.figure(format!(
+        "{clients} clients, {:.0} s: {:.0} calls/s",
+        run.secs,
+        run.ops as f64 / run.secs
+    ));
+    for rpc in ["Offload", "Read", "Search", "Inspect", "Exec"] {
+        let mut v = run
+            .stats
+            .get(rpc)
+            .map(|s| s.micros.clone())
+            .unwrap_or_default();
+        v.sort_unstable();
+        out.figure(format!(
+            "{rpc} p50/p99/max {}/{}/{}",
+            ms(pct(&v, 50.0)),
+            ms(pct(&v, 99.0)),
+            ms(v.last().copied().unwrap_or(0))
+        ));
+        out.check(!v.is_empty(), format!("{rpc} succeeded {} times", v.len()));
+    }
+    out.figure(format!("peak RSS {}", mib(run.peak_rss.max(run.hwm))));
+    out.figure(format!("{exhausted} RESOURCE_EXHAUSTED"));
+    out.check(
+        bad.is_empty(),
+        format!("no error but RESOURCE_EXHAUSTED ({})", bad.join("; ")),
+    );
+    out.detail = run.table("Load");
+    for l in server.log_problems() {
+        out.notes.push(format!("server log: {l}"));
+    }
+    Ok((out, Some(run)))
+}
+
+/// The same load, first alone (or the `load` scenario's run), then with
+/// one hostile session running infinite loops, memory bombs and 100 MB
+/// stdout floods in parallel.
+pub async fn hostile(opts: &Opts, baseline: Option<LoadRun>) -> Result<Outcome> {
+    let mut out = Outcome::new("hostile");
+    let (clients, duration) = load_params(opts);
+    let baseline = match baseline {
+        Some(b) => b,
+        None => {
+            let dir = tempfile::tempdir_in(&opts.work_dir)?;
+            let config = write_config(opts, dir.path(), "")?;
+            let server = Server::start(
+                opts,
+                &config,
+                &dir.path().join("data"),
+                &dir.path().join("log"),
+            )
+            .await?;
+            run_load(&server, clients, duration, opts.seed).await?
+        }
+    };
+    let dir = tempfile::tempdir_in(&opts.work_dir)?;
+    let config = write_config(opts, dir.path(), "")?;
+    let server = Server::start(
+        opts,
+        &config,
+        &dir.path().join("data"),
+        &dir.path().join("log"),
+    )
+    .await?;
+    let hostile_sid = server.session(None).await?;
+    let mut p = server.payloads().await?;
+    upload(&mut p, &hostile_sid, "x.json", b"[1]").await?;
+    let cap: u64 = 256 << 20;
+    let stdout_ask: u64 = 100_000_000;
+    let deadline = Instant::now() + duration + Duration::from_secs(2);
+    let outcomes: Arc<std::sync::Mutex<BTreeMap<String, u64>>> = Arc::default();
+    let mut attackers = tokio::task::JoinSet::new();
+    // (kind, runtime, script, timeout): the loop is stopped by its timeout,
+    // the others must meet their memory or output cap well before theirs.
+    let attacks: [(&str, &str, &str, u64); 3] = [
+        ("loop", "javascript", "for (;;) {}", 3_000),
+        (
+            "bomb",
+            "python",
+            "a = []\nwhile True:\n    a.append(bytearray(16 << 20))",
+            30_000,
+        ),
+        (
+            "flood",
+            "python",
+            "import sys\nline = 'x' * 8191 + '\\n'\nfor _ in range(12800):\n    sys.stdout.write(line)",
+            30_000,
+        ),
+    ];
+    for (kind, runtime, source, timeout_ms) in attacks {
+        let mut x = server.codemode().await?;
+        let mut p = server.payloads().await?;
+        let sid = hostile_sid.clone();
+        let outcomes = outcomes.clone();
+        attackers.spawn(async move {
+            while Instant::now() < deadline {
+                let r = x
+                    .exec(proto::ExecRequest {
+                        session_id: sid.clone(),
+                        runtime: runtime.into(),
+                        source: source.into(),
+                        limits: Some(proto::ExecLimits {
+                            timeout_ms,
+                            memory_bytes: cap,
+                            max_stdout_bytes: stdout_ask,
+                            fuel: 0,
+                        }),
+                        ..Default::default()
+                    })
+                    .await;
+                let key = match r {
+                    Ok(r) => {
+                        let r = r.into_inner();
+                        if let Some(pl) = &r.stdout_payload {
+                            let _ = p
+                                .delete_payload(proto::DeletePayloadRequest {
+                                    payload_id: pl.id.clone(),
+                                    reason: "flood".into(),
+                                })
+                                .await;
+                        }
+                        format!(
+                            "{kind}: {:?}",
+                            ExecStatus::try_from(r.status).unwrap_or(ExecStatus::Unspecified)
+                        )
+                    }
+                    Err(e) if e.code() == Code::ResourceExhausted => {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        format!("{kind}: RESOURCE_EXHAUSTED")
+                    }
+                    // Execs of the hostile session take all its payloads as
+                    // inputs, and the flood's stdout payloads are deleted as
+                    // they come: an exec may find an input gone (NOT_FOUND).
+                    Err(e) if e.code() == Code::NotFound => {
+                        format!("{kind}: NOT_FOUND (input deleted)")
+                    }
+                    Err(e) => format!("{kind}: error {:?}: {}", e.code(), e.message()),
+                };
+                *outcomes.lock().unwrap().entry(key).or_default() += 1;
+            }
+        });
+    }
+    // Let the attack start before the measured load.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let attacked = run_load(&server, clients, duration, opts.seed).await?;
+    while let Some(r) = attackers.join_next().await {
+        r?;
+    }
+    let (bad, _) = attacked.errors();
+    out.check(
+        bad.is_empty(),
+        format!(
+            "neighbours saw no error but RESOURCE_EXHAUSTED ({})",
+            bad.join("; ")
+        ),
+    );
+    let outcomes = outcomes.lock().unwrap().clone();
+    let summary: Vec<String> = outcomes.iter().map(|(k, n)| format!("{k} ×{n}")).collect();
+    out.figure(format!("attacks: {}", summary.join(", ")));
+    for want in ["loop: Timeout", "bomb: MemoryLimit", "flood: OutputLimit"] {
+        out.check(
+            outcomes.contains_key(want),
+            format!("the hostile session's attacks were stopped as intended ({want})"),
+        );
+    }
+    out.check(
+        outcomes.keys().all(|k| !k.contains("error")),
+        "no attack failed with a gRPC error",
+    );
+    for rpc in ["Offload", "Read", "Search", "Inspect", "Exec"] {
+        let (b, a) = (baseline.p99(rpc), attacked.p99(rpc));
+        let ratio = a as f64 / b.max(1) as f64;
+        out.figure(format!("{rpc} p99 {} vs {} ({ratio:.2}×)", ms(a), ms(b)));
+        out.check(
+            ratio <= 2.0,
+            format!("{rpc} p99 under attack within 2× of the no-attack run ({ratio:.2}×)"),
+        );
+    }
+    let peak = attacked.peak_rss.max(attacked.hwm);
+    let base_peak = baseline.peak_rss.max(baseline.hwm);
+    // Bound: the no-attack peak plus what the three attacks may hold by
+    // their own caps (memory each, plus the 64 MiB stdout ceiling).
+    let bound = base_peak + 3 * cap + (64 << 20);
+    out.figure(format!(
+        "peak RSS {} (no attack {}, bound {})",
+        mib(peak),
+        mib(base_peak),
+        mib(bound)
+    ));
+    out.check(
+        peak <= bound,
+        format!(
+            "server RSS stayed under no-attack peak + 3 × 256 MiB + 64 MiB ({})",
+            mib(bound)
+        ),
+    );
+    out.detail = format!(
+        "{}{}",
+        baseline.table("No attack"),
+        attacked.table("Under attack (neighbours' calls only)")
+    );
+    for l in server.log_problems() {
+        out.notes.push(format!("server log: {l}"));
+    }
+    Ok(out)
+}

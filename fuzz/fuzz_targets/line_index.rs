@@ -1,0 +1,106 @@
+//! The Read line index against a plain scan: for content up to a few
+//! strides long, fed in random chunk sizes, every anchor lies on the line
+//! it names, at or before its target, and at most one stride before it.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use spillway::store::lines::{LineIndex, LineIndexBuilder, STRIDE};
+
+/// 1-based line of byte `offset`.
+fn line_at(content: &[u8], offset: u64) -> u64 {
+    let end = (offset as usize).min(content.len());
+    content[..end].iter().filter(|&&b| b == b'\n').count() as u64 + 1
+}
+
+/// Byte where 1-based `line` starts, if it exists.
+fn line_start(content: &[u8], line: u64) -> Option<u64> {
+    if line == 1 {
+        return Some(0);
+    }
+    let mut seen = 0;
+    for (i, &b) in content.iter().enumerate() {
+        if b == b'\n' {
+            seen += 1;
+            if seen == line - 1 {
+                return Some(i as u64 + 1);
+            }
+        }
+    }
+    None
+}
+
+fuzz_target!(|input: (u16, u16, u8, &[u8])| {
+    let (len, chunk, newline_every, pattern) = input;
+    // Random bytes alone are almost never past one stride: stretch the
+    // pattern, with newlines sprinkled in at a fuzzer-chosen rhythm.
+    let len = (len as usize * 8).min(5 * STRIDE as usize + 17);
+    let mut content = Vec::with_capacity(len);
+    for i in 0..len {
+        let b = if pattern.is_empty() {
+            b'x'
+        } else {
+            pattern[i % pattern.len()]
+        };
+        content.push(
+            if newline_every > 0 && i % (newline_every as usize * 97 + 1) == 0 {
+                b'\n'
+            } else {
+                b
+            },
+        );
+    }
+    let chunk = (chunk as usize).max(1);
+    let mut builder = LineIndexBuilder::default();
+    let mut offset = 0;
+    for piece in content.chunks(chunk) {
+        builder.update(offset, piece);
+        offset += piece.len() as u64;
+    }
+    let newlines = content.iter().filter(|&&b| b == b'\n').count() as u64;
+    assert_eq!(builder.newlines(), newlines);
+    let index = LineIndex::decode(&builder.finish()).expect("a built index decodes");
+
+    let size = content.len() as u64;
+    let mut probes: Vec<u64> = (0..=size / STRIDE + 1)
+        .flat_map(|k| {
+            let b = k * STRIDE;
+            [b.saturating_sub(1), b, b + 1]
+        })
+        .collect();
+    probes.extend([0, size / 2, size.saturating_sub(1), size, size + 1]);
+    for &o in &probes {
+        let a = index.anchor_for_offset(o);
+        assert!(a.offset <= o, "anchor {a:?} past offset {o}");
+        if o <= size {
+            assert!(o - a.offset <= STRIDE, "anchor {a:?} too far before {o}");
+        }
+        assert_eq!(
+            a.line,
+            line_at(&content, a.offset),
+            "anchor {a:?} names the wrong line"
+        );
+    }
+    for line in [1, 2, newlines / 2 + 1, newlines, newlines + 1, newlines + 2] {
+        let a = index.anchor_for_line(line);
+        assert_eq!(
+            a.line,
+            line_at(&content, a.offset),
+            "anchor {a:?} names the wrong line"
+        );
+        if let Some(start) = line_start(&content, line) {
+            assert!(
+                a.offset <= start,
+                "anchor {a:?} past the start {start} of line {line}"
+            );
+            assert!(a.line <= line);
+            if a.at_line_start {
+                assert_eq!(a.line, line_at(&content, a.offset));
+            }
+        }
+    }
+    // Arbitrary bytes as an encoded index: no panic.
+    if let Some(i) = LineIndex::decode(pattern) {
+        let _ = i.anchor_for_line(len as u64);
+        let _ = i.anchor_for_offset(chunk as u64 * 1000);
+    }
+});
