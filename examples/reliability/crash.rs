@@ -1,5 +1,6 @@
 //! kill -9 at random points during mixed uploads, payload and session
-//! deletions and audit appends (every RPC appends one); after each restart,
+//! deletions, reaper runs (a session per round whose payloads expire within
+//! seconds) and audit appends (every RPC appends one); after each restart,
 //! every acknowledged write is intact, every acknowledged deletion stays
 //! deleted, the audit chain verifies and no orphan file remains.
 
@@ -38,6 +39,11 @@ struct State {
     maybe_deleted_sessions: BTreeSet<String>,
     /// Acknowledged session deletions.
     deleted_sessions: BTreeSet<String>,
+    /// Acknowledged payloads of short-retention sessions: intact, or
+    /// deleted by the reaper.
+    expiring: BTreeMap<String, Acked>,
+    /// Those the reaper was seen to delete: they must stay deleted.
+    reaped: BTreeSet<String>,
     uploads: u64,
     deletes: u64,
     session_deletes: u64,
@@ -54,12 +60,6 @@ pub async fn crash(opts: &Opts) -> Result<Outcome> {
     let mut failures = Vec::new();
     let mut verified = 0u64;
     let mut kill_points = Vec::new();
-    // TODO(reaper): once the store has a background retention reaper, give
-    // one session per round a `retention` of a few seconds (policy override
-    // on CreateSession) so reaper runs overlap the kills, and treat its
-    // payloads as "present and intact, or reaped" here. On this branch
-    // payloads expire lazily and nothing deletes their files in the
-    // background, so there is no reaper activity to crash into yet.
     for round in 0..=rounds {
         let log = dir.path().join(format!("round{round}.log"));
         let mut server = Server::start(opts, &config, &data_dir, &log).await?;
@@ -81,6 +81,17 @@ pub async fn crash(opts: &Opts) -> Result<Outcome> {
         for _ in 0..2 {
             sessions.push(server.session(None).await?);
         }
+        // Payloads here expire after 1-3 s: the reaper deletes them while
+        // the other writes go on, and the kill may land in its deletions.
+        let expiring_session = server
+            .session(Some(proto::Policy {
+                retention: Some(pbjson_types::Duration {
+                    seconds: rng.random_range(1..=3),
+                    nanos: 0,
+                }),
+                ..Default::default()
+            }))
+            .await?;
         // The workers stop at the kill (their next call fails) or, for those
         // with nothing to do, when `killed` is set; 30 s bounds them anyway.
         let stop = Instant::now() + Duration::from_secs(30);
@@ -116,6 +127,38 @@ pub async fn crash(opts: &Opts) -> Result<Outcome> {
                         }
                         Err(_) => return,
                     }
+                }
+            });
+        }
+        {
+            let mut p = server.payloads().await?;
+            let state = state.clone();
+            let killed = killed.clone();
+            let session = expiring_session.clone();
+            let mut rng = StdRng::seed_from_u64(rng.random::<u64>());
+            tasks.spawn(async move {
+                let mut i = 0;
+                while Instant::now() < stop && !killed.load(Ordering::Relaxed) {
+                    i += 1;
+                    let mut data = vec![0u8; rng.random_range(1_000..64_000)];
+                    rng.fill_bytes(&mut data);
+                    match upload(&mut p, &session, &format!("r{round}-x{i}.bin"), &data).await {
+                        Ok(pl) => {
+                            let mut s = state.lock().unwrap();
+                            s.uploads += 1;
+                            s.expiring.insert(
+                                pl.id,
+                                Acked {
+                                    session: session.clone(),
+                                    sha256: sha256_hex(&data),
+                                    size: data.len() as u64,
+                                    bytes_checked: false,
+                                },
+                            );
+                        }
+                        Err(_) => return,
+                    }
+                    tokio::time::sleep(Duration::from_millis(rng.random_range(20..120))).await;
                 }
             });
         }
@@ -201,15 +244,16 @@ pub async fn crash(opts: &Opts) -> Result<Outcome> {
     }
     let s = state.lock().unwrap();
     out.figure(format!(
-        "{} kills at {kill_points:?} ms; {} uploads, {} payload and {} session deletions acknowledged; {verified} restarts verified",
+        "{} kills at {kill_points:?} ms; {} uploads, {} payload and {} session deletions acknowledged; {} payloads reaped on expiry; {verified} restarts verified",
         kill_points.len(),
         s.uploads,
         s.deletes,
-        s.session_deletes
+        s.session_deletes,
+        s.reaped.len()
     ));
     out.check(
-        s.uploads > 0 && s.deletes > 0 && s.session_deletes > 0,
-        "every kind of write was acknowledged at least once",
+        s.uploads > 0 && s.deletes > 0 && s.session_deletes > 0 && !s.reaped.is_empty(),
+        "every kind of write, and reaping, happened at least once",
     );
     out.check(
         failures.is_empty(),
@@ -302,7 +346,38 @@ async fn verify(server: &Server, state: &Arc<Mutex<State>>) -> Result<Vec<String
             Err(e) => problems.push(format!("acknowledged payload {id} lost: {e}")),
         }
     }
-    for id in &deleted {
+    // Short-retention payloads: intact while they live; once the reaper
+    // has deleted one (the NOT_FOUND names it), it stays deleted.
+    let (expiring, reaped) = {
+        let s = state.lock().unwrap();
+        (s.expiring.clone(), s.reaped.clone())
+    };
+    for (id, a) in &expiring {
+        match p
+            .stat(proto::PayloadRequest {
+                payload_id: id.clone(),
+            })
+            .await
+        {
+            Ok(st) => {
+                let st = st.into_inner();
+                if (st.sha256.as_str(), st.size_bytes) != (a.sha256.as_str(), a.size) {
+                    problems.push(format!("{id}: metadata changed"));
+                }
+            }
+            Err(e)
+                if e.code() == Code::NotFound
+                    && (e.message().contains("deleted by reaper")
+                        || deleted_sessions.contains(&a.session)) =>
+            {
+                let mut s = state.lock().unwrap();
+                s.expiring.remove(id);
+                s.reaped.insert(id.clone());
+            }
+            Err(e) => problems.push(format!("expiring payload {id} lost, not reaped: {e}")),
+        }
+    }
+    for id in deleted.iter().chain(reaped.iter()) {
         match p
             .stat(proto::PayloadRequest {
                 payload_id: id.clone(),
