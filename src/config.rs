@@ -150,11 +150,22 @@ impl EngineKind {
 }
 
 /// The `[store]` section.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct StoreConfig {
     /// `"redb"` (default) or `"sled"`.
     pub engine: EngineKind,
+    /// The metadata engine's page cache, in bytes (default 64 MiB).
+    pub cache_bytes: usize,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            engine: EngineKind::default(),
+            cache_bytes: crate::store::engine::DEFAULT_CACHE_BYTES,
+        }
+    }
 }
 
 /// The `[limits]` section. Every bound the server enforces lives here.

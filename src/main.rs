@@ -10,6 +10,10 @@ use spillway::config::{Config, EngineKind, Overrides};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if matches!(cli.command, Command::Serve(_)) {
+        // Before any thread exists, so every thread shares the few arenas.
+        spillway::server::bound_malloc_arenas();
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

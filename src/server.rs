@@ -70,6 +70,26 @@ pub enum ServerError {
     Join(#[from] tokio::task::JoinError),
 }
 
+/// Bounds glibc's malloc arenas to two per core (its default is eight per
+/// core). Each upload holds a blocking thread while it streams, and every
+/// new thread may get an arena of its own, which stays fragmented after the
+/// thread goes: under waves of stalled and broken uploads the resident set
+/// grew about 35 MiB in six rounds of a hundred (`make reliability`,
+/// slow-clients) and then stayed flat with four arenas. Keeps an explicit
+/// `MALLOC_ARENA_MAX` from the environment. Does nothing on other libcs.
+pub fn bound_malloc_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let arenas = libc::c_int::try_from(2 * cores).unwrap_or(libc::c_int::MAX);
+        // SAFETY: mallopt only sets a glibc tunable; it is called before
+        // the runtime starts any thread.
+        unsafe {
+            libc::mallopt(libc::M_ARENA_MAX, arenas);
+        }
+    }
+}
+
 /// Runs the server on `listener` until `shutdown` resolves.
 pub async fn run(
     config: Config,
@@ -110,6 +130,7 @@ pub async fn run_with_clock(
         max_payload_bytes: config.limits.max_payload_bytes,
         retention: config.policy.retention,
         session_ttl: config.policy.session_ttl,
+        cache_bytes: config.store.cache_bytes,
     };
     let data_dir = config.data_dir.clone();
     let (store, report) =

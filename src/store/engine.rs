@@ -47,6 +47,11 @@ pub enum Tree {
     DeletionIntents,
 }
 
+/// The metadata engine's page cache when the configuration names none:
+/// enough for the B-tree's interior nodes and the hot leaves, and a bound
+/// on the server's memory however large the metadata grows.
+pub const DEFAULT_CACHE_BYTES: usize = 64 << 20;
+
 impl Tree {
     /// Every tree, in a fixed order.
     pub const ALL: [Tree; 15] = [

@@ -20,6 +20,7 @@ fn open(dir: &Path, engine: EngineKind, clock: &ManualClock) -> Store {
         max_payload_bytes: 1 << 20,
         retention: 24 * HOUR,
         session_ttl: 48 * HOUR,
+        cache_bytes: engine::DEFAULT_CACHE_BYTES,
     };
     Store::open(dir, settings, Arc::new(clock.clone()))
         .unwrap()
@@ -360,6 +361,7 @@ fn a_deletion_interrupted_after_its_intent_is_finished_at_the_next_open() {
             max_payload_bytes: 1 << 20,
             retention: 24 * HOUR,
             session_ttl: 48 * HOUR,
+            cache_bytes: engine::DEFAULT_CACHE_BYTES,
         };
         let (store, report) = Store::open(dir.path(), settings, Arc::new(clock)).unwrap();
         assert_eq!(report.deletions_finished, 1);

@@ -176,6 +176,8 @@ pub struct StoreSettings {
     pub retention: Duration,
     /// Session TTL.
     pub session_ttl: Duration,
+    /// The metadata engine's page cache, in bytes.
+    pub cache_bytes: usize,
 }
 
 /// What a new session is made of.
@@ -288,12 +290,14 @@ impl Store {
     ) -> Result<(Self, ReconcileReport)> {
         std::fs::create_dir_all(data_dir)?;
         let engine: Arc<dyn Engine> = match settings.engine {
-            EngineKind::Redb => {
-                Arc::new(redb_engine::RedbEngine::open(&data_dir.join("meta.redb"))?)
-            }
-            EngineKind::Sled => {
-                Arc::new(sled_engine::SledEngine::open(&data_dir.join("meta.sled"))?)
-            }
+            EngineKind::Redb => Arc::new(redb_engine::RedbEngine::open_with_cache(
+                &data_dir.join("meta.redb"),
+                settings.cache_bytes,
+            )?),
+            EngineKind::Sled => Arc::new(sled_engine::SledEngine::open_with_cache(
+                &data_dir.join("meta.sled"),
+                settings.cache_bytes,
+            )?),
         };
         check_schema(engine.as_ref())?;
         let store = Self {

@@ -28,7 +28,17 @@ pub struct RedbEngine {
 impl RedbEngine {
     /// Opens or creates the database file and every tree in it.
     pub fn open(path: &Path) -> Result<Self, EngineError> {
-        let db = Database::create(path).map_err(err)?;
+        Self::open_with_cache(path, super::engine::DEFAULT_CACHE_BYTES)
+    }
+
+    /// Opens (creating if needed) the database at `path`, caching at most
+    /// `cache_bytes` of its pages in memory (redb's own default is 1 GiB,
+    /// which a long-running server fills as the database grows).
+    pub fn open_with_cache(path: &Path, cache_bytes: usize) -> Result<Self, EngineError> {
+        let db = redb::Builder::new()
+            .set_cache_size(cache_bytes)
+            .create(path)
+            .map_err(err)?;
         let txn = db.begin_write().map_err(err)?;
         for tree in Tree::ALL {
             txn.open_table(table(tree)).map_err(err)?;

@@ -43,7 +43,17 @@ pub struct SledEngine {
 impl SledEngine {
     /// Opens or creates the database directory and every tree in it.
     pub fn open(path: &Path) -> Result<Self, EngineError> {
-        let db = sled::Config::new().path(path).open().map_err(err)?;
+        Self::open_with_cache(path, super::engine::DEFAULT_CACHE_BYTES)
+    }
+
+    /// Opens the database at `path` with a page cache of at most
+    /// `cache_bytes` (sled's own default is 1 GiB).
+    pub fn open_with_cache(path: &Path, cache_bytes: usize) -> Result<Self, EngineError> {
+        let db = sled::Config::new()
+            .path(path)
+            .cache_capacity(cache_bytes as u64)
+            .open()
+            .map_err(err)?;
         let trees = Tree::ALL
             .iter()
             .map(|t| db.open_tree(t.name()))
