@@ -350,8 +350,8 @@ impl Context for ContextService {
         } else {
             r.current_turn
         };
-        let quota = AppState::quota(&self.state.effective_policy(&session).await?);
-        let (_, redactor) = self.state.session_redactor(&session).await?;
+        let (policy, redactor) = self.state.session_redactor(&session).await?;
+        let quota = AppState::quota(&policy);
         let store = self.state.store.clone();
         let sid = session.id.clone();
         let (messages, repaired, report, redacted) = blocking(move || {

@@ -166,12 +166,25 @@ impl AppState {
         event: NewEvent,
         result: ApiResult<T>,
     ) -> ApiResult<T> {
-        let Err(e) = result else { return result };
+        match result {
+            Ok(v) => Ok(v),
+            Err(e) => Err(self.audit_error(principal, event, e).await),
+        }
+    }
+
+    /// Appends `event` with outcome `error` and `e` in its detail; returns
+    /// `e` (see [`AppState::audit_failure`]).
+    pub async fn audit_error(
+        &self,
+        principal: &Principal,
+        event: NewEvent,
+        e: ApiError,
+    ) -> ApiError {
         let event = event.outcome(outcome::ERROR).detail(e.to_string());
         if let Err(failed) = self.audit(principal, event).await {
             tracing::error!(error = %failed, "could not audit a failed action");
         }
-        Err(e)
+        e
     }
 
     /// Passes `result` through, after appending an `access.denied` event

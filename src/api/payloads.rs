@@ -125,7 +125,7 @@ impl Payloads for PayloadsService {
             .await?;
         tracing::Span::current().record("session_id", tracing::field::display(&session.id));
         tracing::Span::current().record("results", r.results.len());
-        let (_, redactor) = self.state.session_redactor(&session).await?;
+        let (policy, redactor) = self.state.session_redactor(&session).await?;
         let overrides = r.settings.map(|s| crate::offload::Overrides {
             per_call_tokens: s.per_call_tokens,
             aggregate_tokens: s.aggregate_tokens,
@@ -167,7 +167,7 @@ impl Payloads for PayloadsService {
         let store = self.state.store.clone();
         let max_results = config.max_results;
         let sid = session.id.clone();
-        let quota = AppState::quota(&self.state.effective_policy(&session).await?);
+        let quota = AppState::quota(&policy);
         let outcomes = blocking(move || {
             // Redaction comes first: the estimate, the decision, the inline
             // content, the preview and the stored bytes all see its output.
@@ -266,9 +266,9 @@ impl Payloads for PayloadsService {
             .state
             .session_for(&p, Rpc::Upload, &header.session_id)
             .await?;
-        meta.quota = AppState::quota(&self.state.effective_policy(&session).await?);
         tracing::Span::current().record("session_id", tracing::field::display(&session.id));
-        let (_, redactor) = self.state.session_redactor(&session).await?;
+        let (policy, redactor) = self.state.session_redactor(&session).await?;
+        meta.quota = AppState::quota(&policy);
 
         let (tx, rx) = mpsc::channel::<UploadMsg>(UPLOAD_QUEUE);
         let store = self.state.store.clone();
