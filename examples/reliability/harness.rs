@@ -33,6 +33,8 @@ pub struct Opts {
     pub smoke: bool,
     pub work_dir: PathBuf,
     pub seed: u64,
+    /// The hostile scenario's attacks to run.
+    pub attacks: Vec<String>,
 }
 
 /// A scenario's verdict.

@@ -60,6 +60,10 @@ struct Args {
     /// Seed for every random choice (default: random; printed to replay).
     #[arg(long)]
     seed: Option<u64>,
+    /// The hostile scenario's attacks (repeat or comma-separate; default:
+    /// all three at once). One at a time tells which one hurts neighbours.
+    #[arg(long, value_delimiter = ',', default_values_t = load::ATTACKS.map(String::from))]
+    attacks: Vec<String>,
     /// Where the servers' temporary data dirs go.
     #[arg(long, default_value = "target/reliability")]
     work_dir: PathBuf,
@@ -120,6 +124,9 @@ fn report(
     if !args.scenario.is_empty() {
         cmd.push_str(&format!(" --scenario {}", args.scenario.join(",")));
     }
+    if opts.attacks.len() != load::ATTACKS.len() {
+        cmd.push_str(&format!(" --attacks {}", opts.attacks.join(",")));
+    }
     cmd.push_str(&format!(" --engine {} --seed {}", opts.engine, opts.seed));
     let mut md = format!(
         "# Reliability\n\n`{cmd}` ({} run, {:.0} s in all), against `{}` as a child process on 127.0.0.1.\n\n\
@@ -160,6 +167,13 @@ fn report(
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
+    for a in &args.attacks {
+        anyhow::ensure!(
+            load::ATTACKS.contains(&a.as_str()),
+            "unknown attack {a:?}; the attacks are {}",
+            load::ATTACKS.join(", ")
+        );
+    }
     for s in &args.scenario {
         anyhow::ensure!(
             SCENARIOS.contains(&s.as_str()),
@@ -195,6 +209,7 @@ async fn main() -> Result<()> {
         smoke: args.smoke,
         work_dir: std::fs::canonicalize(&args.work_dir)?,
         seed: args.seed.unwrap_or_else(rand::random),
+        attacks: args.attacks.clone(),
     };
     eprintln!("reliability: seed {} (--seed to replay)", opts.seed);
     let load_before = loadavg();

@@ -12,7 +12,7 @@ use std::io::Read as _;
 use tonic::{Request, Response, Status};
 use tracing::instrument;
 
-use super::{AppState, blocking, convert, principal, redact_bytes, redaction_detail};
+use super::{AppState, blocking, convert, joined, principal, redact_bytes, redaction_detail};
 use crate::audit::{NewEvent, action};
 use crate::auth::access::{Access, Rpc, Source};
 use crate::error::{ApiError, ApiResult};
@@ -21,6 +21,7 @@ use crate::proto::{self, code_mode_server::CodeMode};
 use crate::redact::{RedactCounts, Redactor};
 use crate::sandbox::limits::{self, ExecLimits};
 use crate::sandbox::outcome::{self, INVALID_SCRIPT_MARKER, Status as ExecStatus};
+use crate::sandbox::run::Ending;
 use crate::sandbox::workdir::ExecInput;
 use crate::sandbox::{ExecSpec, Finished, SandboxError};
 use crate::store::records::{PayloadRecord, SessionRecord, SessionState};
@@ -220,9 +221,6 @@ impl CodeModeService {
             redacted.add(&counts);
         }
         let stdout_bytes = out.stdout.len() as u64;
-        if std::str::from_utf8(&out.stdout).is_err() {
-            message.push_str("; stdout was not valid UTF-8, and invalid bytes are shown as U+FFFD");
-        }
 
         // Large stdout goes through the offload rules, as a tool result of
         // its own, derived from the inputs.
@@ -232,15 +230,32 @@ impl CodeModeService {
         let sid = session.id.clone();
         let open = session.state == SessionState::Open;
         let tool_name = format!("exec:{runtime}");
-        let (content, counts) = {
+        // Everything below that touches the output in bulk (the UTF-8
+        // check, redaction, storing it) runs on the sandbox's blocking pool,
+        // at exec priority: a session that floods its stdout pays for it.
+        let sandbox = &self.state.sandbox;
+        let (content, counts, utf8) = {
             let (content, r) = (out.stdout.clone(), redactor.clone());
-            blocking(move || Ok::<_, ApiError>(redact_bytes(&r, content))).await?
+            joined(sandbox.spawn_blocking(move || {
+                let utf8 = std::str::from_utf8(&content).is_ok();
+                let (content, counts) = redact_bytes(&r, content);
+                Ok::<_, ApiError>((content, counts, utf8))
+            }))
+            .await?
         };
+        if !utf8 {
+            message.push_str("; stdout was not valid UTF-8, and invalid bytes are shown as U+FFFD");
+        }
         redacted.add(&counts);
+        // A script stopped for flooding stdout left output that is cut off
+        // at an arbitrary byte. Kept as a payload it would read like a whole
+        // result, and every flood would write up to the stdout ceiling to
+        // disk; so only its beginning is shown, as the message says.
+        let flooded = matches!(out.ending, Ending::OutputLimit("stdout"));
         let derived = inputs.clone();
-        let offloaded = if open && !content.is_empty() {
+        let offloaded = if open && !flooded && !content.is_empty() {
             let content = content.clone();
-            blocking(move || {
+            joined(sandbox.spawn_blocking(move || {
                 let settings =
                     crate::offload::Settings::resolve(&config.offload, &Default::default())?;
                 let result = crate::offload::ToolResult {
@@ -253,34 +268,41 @@ impl CodeModeService {
                     redactions: counts,
                 };
                 crate::offload::offload_turn(&store, &sid, vec![result], &settings, 1, quota)
-            })
+            }))
             .await?
             .pop()
         } else {
             None
         };
-        let (mut stdout, stdout_payload) = match offloaded {
+        let max_inline = self.state.config.limits.max_response_message_bytes / 2;
+        let (stdout, stdout_payload) = match offloaded {
             Some(o) if o.payload.is_some() => (o.content, o.payload.as_ref().map(convert::payload)),
+            _ if flooded => {
+                let shown = head(&content, self.state.config.offload.preview_size());
+                message.push_str(&format!(
+                    "; stdout above is its first {} bytes, and the rest was not kept",
+                    shown.len()
+                ));
+                (shown, None)
+            }
+            // A closed session cannot take the offloaded copy: return what
+            // fits in a reply, and say so.
+            _ if content.len() > max_inline => {
+                let shown = head(&content, max_inline);
+                message.push_str(&format!(
+                    "; stdout was {stdout_bytes} bytes and the session is closed, so it could not be offloaded: only the first {} bytes are returned. Print less, or run it in an open session",
+                    shown.len()
+                ));
+                (shown, None)
+            }
             // Only inline stdout is copied into a string.
             _ => (String::from_utf8_lossy(&content).into_owned(), None),
         };
-        // A closed session cannot take the offloaded copy: return what fits
-        // in a reply, and say so.
-        let max_inline = self.state.config.limits.max_response_message_bytes / 2;
-        if stdout_payload.is_none() && stdout.len() > max_inline {
-            let mut cut = max_inline;
-            while !stdout.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            stdout.truncate(cut);
-            message.push_str(&format!(
-                "; stdout was {stdout_bytes} bytes and the session is closed, so it could not be offloaded: only the first {cut} bytes are returned. Print less, or run it in an open session"
-            ));
-        }
 
         let (files, skipped) = {
             let work = finished.work.clone();
-            blocking(move || work.out_files().map_err(SandboxError::Io)).await?
+            joined(sandbox.spawn_blocking(move || work.out_files().map_err(SandboxError::Io)))
+                .await?
         };
         let mut outputs = Vec::new();
         if keep_outputs && !files.is_empty() {
@@ -294,9 +316,9 @@ impl CodeModeService {
             let sid = session.id.clone();
             let runtime = runtime.to_owned();
             let r = redactor.clone();
-            let kept = blocking(move || {
+            let kept = joined(sandbox.spawn_blocking(move || {
                 keep_outputs_as_payloads(&store, &sid, &runtime, files, &inputs, &r, quota)
-            })
+            }))
             .await?;
             for p in &kept {
                 redacted.add(&p.redactions);
@@ -321,7 +343,7 @@ impl CodeModeService {
         }
         // Removing the exec directory is file-system work: off the RPC threads.
         let work = finished.work;
-        tokio::task::spawn_blocking(move || drop(work));
+        drop(sandbox.spawn_blocking(move || drop(work)));
 
         let reply = proto::ExecResult {
             redactions: convert::redaction_map(&redacted),
@@ -551,9 +573,37 @@ fn keep_outputs_as_payloads(
     Ok(kept)
 }
 
+/// At most `max` bytes from the start of `bytes` as text, cut at a char
+/// boundary (invalid UTF-8 shown as U+FFFD); converts only that prefix.
+fn head(bytes: &[u8], max: usize) -> String {
+    // A char is at most 4 bytes: this prefix holds every char that can fit.
+    let prefix = &bytes[..bytes.len().min(max.saturating_add(4))];
+    let mut text = String::from_utf8_lossy(prefix).into_owned();
+    let mut cut = max.min(text.len());
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    text.truncate(cut);
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn head_cuts_at_a_char_boundary_and_shows_invalid_bytes_as_replacements() {
+        assert_eq!(head(b"abcdef", 4), "abcd");
+        assert_eq!(head(b"ab", 10), "ab");
+        // 'é' is two bytes: a cut inside it drops it whole.
+        assert_eq!(head("aéb".as_bytes(), 2), "a");
+        assert_eq!(head("aéb".as_bytes(), 3), "aé");
+        // An invalid byte becomes U+FFFD (3 bytes), and the cut counts it.
+        assert_eq!(head(b"a\xffb", 4), "a\u{fffd}");
+        assert_eq!(head(b"a\xffb", 3), "a");
+        // Only a prefix is converted, however long the input.
+        assert_eq!(head(&vec![b'x'; 10 << 20], 5).len(), 5);
+    }
 
     #[test]
     fn the_exec_audit_detail_names_runtime_status_and_stored_ids_only() {

@@ -449,7 +449,15 @@ where
     T: Send + 'static,
     E: Into<ApiError> + Send + 'static,
 {
-    match tokio::task::spawn_blocking(f).await {
+    joined(tokio::task::spawn_blocking(f)).await
+}
+
+/// Waits for blocking work spawned elsewhere (e.g. on the sandbox's pool).
+pub async fn joined<T, E>(task: tokio::task::JoinHandle<Result<T, E>>) -> ApiResult<T>
+where
+    E: Into<ApiError>,
+{
+    match task.await {
         Ok(r) => r.map_err(Into::into),
         Err(e) => Err(ApiError::Internal(format!("blocking task failed: {e}"))),
     }

@@ -300,6 +300,7 @@ impl Sandbox {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads)
             .thread_name("sandbox-exec")
+            .max_blocking_threads(concurrent.max(2))
             .on_thread_start(move || lower_priority(nice))
             .enable_time()
             .build()?;
@@ -568,6 +569,17 @@ impl Sandbox {
             bytes: self.cfg.max_scratch_bytes,
             entries: self.cfg.max_scratch_entries,
         }
+    }
+
+    /// Runs blocking work an exec caused (storing its stdout and `/out`
+    /// files, removing its directory) on the exec runtime's blocking pool,
+    /// whose threads run at the exec priority: a session that floods its
+    /// output pays for it at exec priority, not at the RPC threads' expense.
+    pub fn spawn_blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> tokio::task::JoinHandle<T> {
+        self.handle().spawn_blocking(f)
     }
 
     fn handle(&self) -> tokio::runtime::Handle {

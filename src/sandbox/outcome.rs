@@ -116,9 +116,8 @@ pub fn judge(
             Status::OutputLimit,
             -1,
             format!(
-                "stdout passed its limit of {} and the script was stopped; the first {} are returned. Print a summary instead, write bulk results to /out with keep_outputs, or raise limits.max_stdout_bytes (up to {})",
+                "stdout passed its limit of {} and the script was stopped, so its output is incomplete and was not kept as a payload. Print a summary instead, write bulk results to /out with keep_outputs, or raise limits.max_stdout_bytes (up to {})",
                 bytes(limits.max_stdout_bytes),
-                bytes(out.stdout.len() as u64),
                 bytes(ceiling.max_stdout_bytes)
             ),
         ),

@@ -7,6 +7,14 @@
 //! Writes are crash-safe: bytes stream into a temporary file in the session
 //! directory, which is fsynced, renamed into place, and followed by an fsync
 //! of the directory.
+//!
+//! Writeback is paced: every [`WRITEBACK_CHUNK`] bytes a temporary file
+//! starts writing that chunk to disk and waits for the one before it, so a
+//! large payload never leaves more than two chunks dirty. Without this, the
+//! final fsync of a 64 MiB file flushes it in one burst, and every other
+//! session's small fsync (an audit append, a metadata commit) queues behind
+//! it: the hostile-neighbour test measured neighbours' p99 at 3x while one
+//! session stored 64 MiB outputs back to back.
 
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -20,6 +28,9 @@ use crate::ids::SessionId;
 
 /// Prefix of temporary upload files; reconciliation removes any it finds.
 pub const TEMP_PREFIX: &str = ".upload-";
+/// Bytes a temporary file writes before it starts flushing them (see the
+/// module docs).
+pub const WRITEBACK_CHUNK: u64 = 4 << 20;
 /// Open session directories kept cached.
 const DIR_CACHE: usize = 1024;
 
@@ -113,6 +124,10 @@ pub struct TempFile {
     dir: Arc<Dir>,
     name: String,
     file: Option<File>,
+    /// Bytes written so far.
+    written: u64,
+    /// Where the chunk whose writeback was started last begins, and ends.
+    flushing: (u64, u64),
 }
 
 impl TempFile {
@@ -126,15 +141,24 @@ impl TempFile {
             dir,
             name,
             file: Some(file),
+            written: 0,
+            flushing: (0, 0),
         })
     }
 
     /// Appends bytes.
     pub fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.file
-            .as_mut()
-            .expect("open until persisted")
-            .write_all(bytes)
+        let file = self.file.as_mut().expect("open until persisted");
+        file.write_all(bytes)?;
+        self.written += bytes.len() as u64;
+        if self.written - self.flushing.1 >= WRITEBACK_CHUNK {
+            let (start, end) = (self.flushing.1, self.written);
+            // Wait for the previous chunk, then start this one.
+            writeback(file, self.flushing.0, start - self.flushing.0, true)?;
+            writeback(file, start, end - start, false)?;
+            self.flushing = (start, end);
+        }
+        Ok(())
     }
 
     /// Flushes the bytes to disk; call before [`TempFile::persist`].
@@ -151,6 +175,39 @@ impl TempFile {
     }
 }
 
+/// Starts writeback of `len` bytes at `offset` (`sync_file_range`), and with
+/// `wait`, waits until they are written. This paces the writes; durability
+/// still comes from the fsync in [`TempFile::sync`], since this flushes no
+/// metadata.
+fn writeback(file: &File, offset: u64, len: u64, wait: bool) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    if len == 0 {
+        return Ok(());
+    }
+    let flags = if wait {
+        libc::SYNC_FILE_RANGE_WAIT_BEFORE
+            | libc::SYNC_FILE_RANGE_WRITE
+            | libc::SYNC_FILE_RANGE_WAIT_AFTER
+    } else {
+        libc::SYNC_FILE_RANGE_WRITE
+    };
+    let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
+        return Ok(());
+    };
+    // SAFETY: a plain syscall on a descriptor this file owns; it reads no
+    // memory of ours.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::sync_file_range(file.as_raw_fd(), offset, len, flags) };
+    if rc != 0 {
+        let e = io::Error::last_os_error();
+        // Some file systems do not support it; the final fsync still holds.
+        if e.raw_os_error() != Some(libc::ENOSYS) && e.raw_os_error() != Some(libc::EINVAL) {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
 impl Drop for TempFile {
     fn drop(&mut self) {
         if !self.name.is_empty() {
@@ -165,6 +222,36 @@ impl Drop for TempFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_large_temp_file_is_written_back_in_chunks_and_keeps_every_byte() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = BlobStore::open(tmp.path()).unwrap();
+        let id = SessionId::generate();
+        store.create_session_dir(&id).unwrap();
+        let dir = store.session_dir(&id).unwrap();
+        let mut t = TempFile::create(dir.clone()).unwrap();
+        // Three and a half chunks, in uneven pieces, so writeback starts
+        // mid-piece and the pacing waits on earlier chunks.
+        let total = usize::try_from(WRITEBACK_CHUNK * 7 / 2).unwrap();
+        let bytes: Vec<u8> = (0..total).map(|i| (i % 251) as u8).collect();
+        for piece in bytes.chunks(100_003) {
+            t.write_all(piece).unwrap();
+        }
+        assert_eq!(t.written, total as u64);
+        // Writeback was started three times, each at the first piece that
+        // completed a chunk; less than a chunk is left for the final fsync.
+        assert_eq!(t.flushing.1, 126 * 100_003);
+        assert!(t.written - t.flushing.1 < WRITEBACK_CHUNK);
+        t.sync().unwrap();
+        t.persist("big.bin").unwrap();
+        let mut back = Vec::new();
+        std::io::Read::read_to_end(&mut dir.open("big.bin").unwrap(), &mut back).unwrap();
+        assert!(
+            back == bytes,
+            "the persisted file differs from what was written"
+        );
+    }
 
     #[test]
     fn temp_file_vanishes_unless_persisted() {

@@ -282,10 +282,11 @@ async fn a_memory_bomb_is_stopped_at_its_limit() {
 }
 
 #[tokio::test]
-async fn a_stdout_flood_is_capped_stopped_and_offloaded() {
+async fn a_stdout_flood_is_capped_stopped_and_only_its_head_is_shown() {
     let server = TestServer::start().await;
     let (sid, _) = session_with(&server, "d.json", b"[1]").await;
     let mut c = server.codemode(ALICE).await;
+    let mut p = server.payloads(ALICE).await;
     // Unstopped, these would print gigabytes.
     for (runtime, req) in [
         ("wasm", probe(&sid, &["flood"])),
@@ -312,18 +313,39 @@ async fn a_stdout_flood_is_capped_stopped_and_offloaded() {
         );
         assert!(started.elapsed() < Duration::from_secs(30), "{runtime}");
         assert_eq!(usage.stdout_bytes, 2 << 20, "{runtime}");
-        let payload = r.stdout_payload.expect("large stdout is offloaded");
-        assert_eq!(payload.size_bytes, 2 << 20);
+        // The cut-off output is not kept: no payload, only its head, and
+        // the message says so and how to proceed.
+        assert!(r.stdout_payload.is_none(), "{runtime}: {r:?}");
         assert!(
-            r.stdout.contains(&payload.id),
-            "the notice names the payload: {}",
-            r.stdout
+            !r.stdout.is_empty() && r.stdout.len() <= 8192,
+            "{runtime}: the model gets the head of the flood, {} bytes",
+            r.stdout.len()
         );
         assert!(
-            r.stdout.len() < 8192,
-            "the model gets a notice, not the flood"
+            r.message.contains("not kept as a payload")
+                && r.message.contains(&format!(
+                    "stdout above is its first {} bytes",
+                    r.stdout.len()
+                ))
+                && r.message.contains("raise limits.max_stdout_bytes"),
+            "{runtime}: {}",
+            r.message
         );
     }
+    let listed = p
+        .list_payloads(proto::ListPayloadsRequest {
+            session_id: sid.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        listed.payloads.len(),
+        1,
+        "only the input remains: {:?}",
+        listed.payloads
+    );
 }
 
 #[tokio::test]
