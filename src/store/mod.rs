@@ -755,12 +755,6 @@ impl Store {
         Ok(inferred)
     }
 
-    /// Whether an Inspect result for these bytes is cached (for tests).
-    pub fn structure_cached(&self, p: &PayloadRecord) -> bool {
-        self.structure_cache()
-            .contains_key(&(p.session_id.clone(), p.sha256.clone()))
-    }
-
     fn structure_cache(&self) -> MutexGuard<'_, HashMap<(SessionId, String), Arc<Structure>>> {
         self.structures.lock().unwrap_or_else(|p| p.into_inner())
     }
