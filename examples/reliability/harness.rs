@@ -496,8 +496,26 @@ pub fn temp_files(data_dir: &Path) -> Vec<String> {
 
 /// Compares every session directory with its metadata: the files must be
 /// exactly the payloads ListPayloads names, and no directory may exist
-/// for a session the server does not list. Returns the differences.
+/// for a session the server does not list. Returns the differences that
+/// persist over a few seconds: the listing and the directory are read one
+/// after the other, so a deletion in progress (the reaper's first pass
+/// after a restart removes files, then metadata) can show for a moment as
+/// metadata without its file; an orphan does not go away.
 pub async fn orphan_check(server: &Server) -> Result<Vec<String>> {
+    let mut problems = Vec::new();
+    for attempt in 0..10 {
+        if attempt > 0 {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        problems = orphan_scan(server).await?;
+        if problems.is_empty() {
+            break;
+        }
+    }
+    Ok(problems)
+}
+
+async fn orphan_scan(server: &Server) -> Result<Vec<String>> {
     let mut problems = Vec::new();
     let sessions = list_sessions(server).await?;
     let mut p = server.payloads().await?;
