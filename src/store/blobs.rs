@@ -11,10 +11,10 @@
 //! Writeback is paced: every [`WRITEBACK_CHUNK`] bytes a temporary file
 //! starts writing that chunk to disk and waits for the one before it, so a
 //! large payload never leaves more than two chunks dirty. Without this, the
-//! final fsync of a 64 MiB file flushes it in one burst, and every other
-//! session's small fsync (an audit append, a metadata commit) queues behind
-//! it: the hostile-neighbour test measured neighbours' p99 at 3x while one
-//! session stored 64 MiB outputs back to back.
+//! final fsync of a 64 MiB file flushes it in one burst, and other
+//! sessions' small fsyncs (audit appends, metadata commits) queue behind
+//! the whole of it. An error here (ENOSPC included) fails the write like
+//! any other.
 
 use std::collections::HashMap;
 use std::io::{self, Write};
