@@ -7,6 +7,7 @@
 //! make reliability-smoke           # what CI runs: debug build, --smoke
 //! cargo run --release --example reliability -- --smoke
 //! cargo run --release --example reliability -- --scenario crash --out /tmp/r.md
+//! cargo run --release --example reliability -- --smoke --scenario hostile --attacks flood
 //! ```
 //!
 //! Scenarios: `load`, `hostile`, `crash`, `disk-full`, `slow-clients`,
