@@ -321,13 +321,13 @@ pub async fn load(opts: &Opts) -> Result<(Outcome, Option<LoadRun>)> {
     Ok((out, Some(run)))
 }
 
-/// The same load, first alone (or the `load` scenario's run), then with
-/// one hostile session running infinite loops, memory bombs and 100 MB
-/// stdout floods in parallel.
 /// The hostile session's attacks: an infinite loop, a memory bomb, and a
 /// 100 MB stdout flood.
 pub const ATTACKS: [&str; 3] = ["loop", "bomb", "flood"];
 
+/// The same load, first alone (or the `load` scenario's run), then with
+/// one hostile session running infinite loops, memory bombs and 100 MB
+/// stdout floods in parallel (or those of `--attacks`).
 pub async fn hostile(opts: &Opts, baseline: Option<LoadRun>) -> Result<Outcome> {
     let mut out = Outcome::new("hostile");
     let (clients, duration) = load_params(opts);

@@ -278,25 +278,33 @@ impl CodeModeService {
         let (stdout, stdout_payload) = match offloaded {
             Some(o) if o.payload.is_some() => (o.content, o.payload.as_ref().map(convert::payload)),
             _ if flooded => {
-                let shown = head(&content, self.state.config.offload.preview_size());
+                let (shown, _) = head(&content, self.state.config.offload.preview_size());
                 message.push_str(&format!(
-                    "; stdout above is its first {} bytes, and the rest was not kept",
+                    "; the stdout field holds its first {} bytes (after redaction), and the rest was not kept",
                     shown.len()
                 ));
                 (shown, None)
             }
-            // A closed session cannot take the offloaded copy: return what
-            // fits in a reply, and say so.
-            _ if content.len() > max_inline => {
-                let shown = head(&content, max_inline);
-                message.push_str(&format!(
-                    "; stdout was {stdout_bytes} bytes and the session is closed, so it could not be offloaded: only the first {} bytes are returned. Print less, or run it in an open session",
-                    shown.len()
-                ));
+            // Inline: what fits in a reply (a closed session cannot take
+            // an offloaded copy), and the message says when that is not all.
+            _ => {
+                let (shown, whole) = head(&content, max_inline);
+                if !whole {
+                    let (why, how) = if open {
+                        (", more than a reply may carry", "")
+                    } else {
+                        (
+                            " and the session is closed, so it could not be offloaded",
+                            ", or run it in an open session",
+                        )
+                    };
+                    message.push_str(&format!(
+                        "; stdout was {stdout_bytes} bytes{why}: only the first {} bytes are returned. Print less{how}",
+                        shown.len()
+                    ));
+                }
                 (shown, None)
             }
-            // Only inline stdout is copied into a string.
-            _ => (String::from_utf8_lossy(&content).into_owned(), None),
         };
 
         let (files, skipped) = {
@@ -573,18 +581,20 @@ fn keep_outputs_as_payloads(
     Ok(kept)
 }
 
-/// At most `max` bytes from the start of `bytes` as text, cut at a char
-/// boundary (invalid UTF-8 shown as U+FFFD); converts only that prefix.
-fn head(bytes: &[u8], max: usize) -> String {
+/// At most `max` bytes of text from the start of `bytes`, cut at a char
+/// boundary (invalid UTF-8 shown as U+FFFD, which may make the text longer
+/// than the bytes), and whether that is all of it. Converts only a prefix.
+fn head(bytes: &[u8], max: usize) -> (String, bool) {
     // A char is at most 4 bytes: this prefix holds every char that can fit.
     let prefix = &bytes[..bytes.len().min(max.saturating_add(4))];
     let mut text = String::from_utf8_lossy(prefix).into_owned();
+    let whole = prefix.len() == bytes.len() && text.len() <= max;
     let mut cut = max.min(text.len());
     while !text.is_char_boundary(cut) {
         cut -= 1;
     }
     text.truncate(cut);
-    text
+    (text, whole)
 }
 
 #[cfg(test)]
@@ -593,16 +603,19 @@ mod tests {
 
     #[test]
     fn head_cuts_at_a_char_boundary_and_shows_invalid_bytes_as_replacements() {
-        assert_eq!(head(b"abcdef", 4), "abcd");
-        assert_eq!(head(b"ab", 10), "ab");
+        assert_eq!(head(b"abcdef", 4), ("abcd".into(), false));
+        assert_eq!(head(b"ab", 10), ("ab".into(), true));
         // 'é' is two bytes: a cut inside it drops it whole.
-        assert_eq!(head("aéb".as_bytes(), 2), "a");
-        assert_eq!(head("aéb".as_bytes(), 3), "aé");
-        // An invalid byte becomes U+FFFD (3 bytes), and the cut counts it.
-        assert_eq!(head(b"a\xffb", 4), "a\u{fffd}");
-        assert_eq!(head(b"a\xffb", 3), "a");
+        assert_eq!(head("aéb".as_bytes(), 2), ("a".into(), false));
+        assert_eq!(head("aéb".as_bytes(), 3), ("aé".into(), false));
+        // An invalid byte becomes U+FFFD (3 bytes), and the cut counts it:
+        // 3 bytes in may be 5 bytes of text, more than a limit of 4.
+        assert_eq!(head(b"a\xffb", 4), ("a\u{fffd}".into(), false));
+        assert_eq!(head(b"a\xffb", 3), ("a".into(), false));
+        assert_eq!(head(b"a\xffb", 5), ("a\u{fffd}b".into(), true));
         // Only a prefix is converted, however long the input.
-        assert_eq!(head(&vec![b'x'; 10 << 20], 5).len(), 5);
+        let (text, whole) = head(&vec![b'x'; 10 << 20], 5);
+        assert_eq!((text.len(), whole), (5, false));
     }
 
     #[test]

@@ -300,7 +300,6 @@ impl Sandbox {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads)
             .thread_name("sandbox-exec")
-            .max_blocking_threads(concurrent.max(2))
             .on_thread_start(move || lower_priority(nice))
             .enable_time()
             .build()?;
@@ -575,6 +574,8 @@ impl Sandbox {
     /// files, removing its directory) on the exec runtime's blocking pool,
     /// whose threads run at the exec priority: a session that floods its
     /// output pays for it at exec priority, not at the RPC threads' expense.
+    /// The pool keeps tokio's default bound (512 threads): guests' WASI file
+    /// streams use it too, and must not queue behind this work.
     pub fn spawn_blocking<T: Send + 'static>(
         &self,
         f: impl FnOnce() -> T + Send + 'static,

@@ -324,7 +324,7 @@ async fn a_stdout_flood_is_capped_stopped_and_only_its_head_is_shown() {
         assert!(
             r.message.contains("not kept as a payload")
                 && r.message.contains(&format!(
-                    "stdout above is its first {} bytes",
+                    "the stdout field holds its first {} bytes",
                     r.stdout.len()
                 ))
                 && r.message.contains("raise limits.max_stdout_bytes"),
