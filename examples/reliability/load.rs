@@ -268,7 +268,7 @@ pub fn load_params(opts: &Opts) -> (usize, Duration) {
     // 40 s even in smoke: each p99 needs enough calls that a passing stall
     // of the shared machine (a second of slow fsyncs) stays under the 1%
     // it measures. At 20 s, with about 900 calls per RPC, one such stall
-    // made the 2x comparison fail once in nine runs on a debug build.
+    // made the 2x comparison fail once in seven runs on a debug build.
     if opts.smoke {
         (16, Duration::from_secs(40))
     } else {
