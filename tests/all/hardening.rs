@@ -1,0 +1,377 @@
+//! Hardening against one tenant hurting the others (issue 13): scratch
+//! accounting that nesting, sparse files and hard links cannot walk
+//! around; guests that cannot write to the server log; module compiles
+//! inside the exec's limits; exec slots per tenant.
+
+use std::time::{Duration, Instant};
+
+use spillway::proto::{self, ExecStatus};
+use tonic::Code;
+
+use crate::common::*;
+
+fn exec(session: &str, runtime: &str, source: &str) -> proto::ExecRequest {
+    proto::ExecRequest {
+        session_id: session.into(),
+        runtime: runtime.into(),
+        source: source.into(),
+        ..Default::default()
+    }
+}
+
+fn status(r: &proto::ExecResult) -> ExecStatus {
+    ExecStatus::try_from(r.status).unwrap()
+}
+
+fn timeout(ms: u64) -> Option<proto::ExecLimits> {
+    Some(proto::ExecLimits {
+        timeout_ms: ms,
+        ..Default::default()
+    })
+}
+
+async fn session(server: &TestServer, token: &str) -> String {
+    let s = create_session(server, token).await;
+    upload(&mut server.payloads(token).await, header(&s.id, "d.json"), b"[1]")
+        .await
+        .unwrap();
+    s.id
+}
+
+async fn run(server: &TestServer, token: &str, req: proto::ExecRequest) -> proto::ExecResult {
+    server
+        .codemode(token)
+        .await
+        .exec(req)
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+/// A Python script that makes `depth` nested directories under /tmp, then
+/// runs `body` with `d` bound to the deepest one.
+fn nested(depth: usize, body: &str) -> String {
+    format!(
+        "import os\nd = '/tmp'\nfor i in range({depth}):\n    d += '/n'\n    os.mkdir(d)\n{body}\nprint('done')"
+    )
+}
+
+const MIB: u64 = 1 << 20;
+
+// ---- scratch accounting -------------------------------------------------
+
+#[tokio::test]
+async fn scratch_bytes_are_counted_at_depth_one_forty_and_a_thousand() {
+    let server = TestServer::start().await;
+    let sid = session(&server, ALICE).await;
+    for depth in [1, 40, 1000] {
+        let script = nested(
+            depth,
+            "with open(d + '/f', 'wb') as f:\n    f.write(b'x' * (3 << 20))",
+        );
+        let r = run(&server, ALICE, exec(&sid, "python", &script)).await;
+        assert_eq!(status(&r), ExecStatus::Ok, "depth {depth}: {}", r.message);
+        let bytes = r.usage.unwrap().scratch_bytes;
+        // 3 MiB of data, plus what the directories themselves take.
+        assert!(
+            bytes >= 3 * MIB && bytes < 3 * MIB + (depth as u64 + 2) * 8192,
+            "depth {depth}: scratch_bytes = {bytes}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_flood_forty_directories_deep_is_stopped_at_the_byte_limit() {
+    let server = TestServer::start_with(|c| c.sandbox.max_scratch_bytes = 32 << 20).await;
+    let sid = session(&server, ALICE).await;
+    let script = nested(
+        40,
+        "for i in range(128):\n    with open(d + f'/f{i}', 'wb') as f:\n        f.write(b'x' * (1 << 20))",
+    );
+    let r = run(&server, ALICE, exec(&sid, "python", &script)).await;
+    assert_eq!(status(&r), ExecStatus::OutputLimit, "{r:?}");
+    assert!(
+        r.message.contains("the limit is 32 MiB"),
+        "{}",
+        r.message
+    );
+}
+
+#[tokio::test]
+async fn twelve_thousand_files_forty_directories_deep_hit_the_entry_limit() {
+    let server = TestServer::start().await;
+    let sid = session(&server, ALICE).await;
+    let script = nested(
+        40,
+        "os.chdir(d)\nfor i in range(12000):\n    open(f'e{i}', 'w').close()",
+    );
+    let r = run(&server, ALICE, exec(&sid, "python", &script)).await;
+    assert_eq!(status(&r), ExecStatus::OutputLimit, "{r:?}");
+    assert!(r.message.contains("10000 entries"), "{}", r.message);
+}
+
+#[tokio::test]
+async fn a_sparse_file_counts_the_blocks_it_takes_not_its_length() {
+    let server = TestServer::start().await;
+    let sid = session(&server, ALICE).await;
+    // 4 GiB long, 1 byte written: the file system charges one block.
+    let script = nested(
+        40,
+        "with open(d + '/sparse', 'wb') as f:\n    f.seek((4 << 30) - 1)\n    f.write(b'x')",
+    );
+    let r = run(&server, ALICE, exec(&sid, "python", &script)).await;
+    assert_eq!(status(&r), ExecStatus::Ok, "{}", r.message);
+    let bytes = r.usage.unwrap().scratch_bytes;
+    assert!(bytes > 0 && bytes < MIB, "scratch_bytes = {bytes}");
+}
+
+#[tokio::test]
+async fn hard_links_count_their_file_once() {
+    let server = TestServer::start().await;
+    let sid = session(&server, ALICE).await;
+    // 100 names for one 4 MiB file: 4 MiB, not 400 (over the 256 MiB limit).
+    let script = nested(
+        3,
+        "with open(d + '/f', 'wb') as f:\n    f.write(b'x' * (4 << 20))\nfor i in range(100):\n    os.link(d + '/f', f'/tmp/l{i}')",
+    );
+    let r = run(&server, ALICE, exec(&sid, "python", &script)).await;
+    assert_eq!(status(&r), ExecStatus::Ok, "{}", r.message);
+    let bytes = r.usage.unwrap().scratch_bytes;
+    assert!(
+        (4 * MIB..5 * MIB).contains(&bytes),
+        "scratch_bytes = {bytes}"
+    );
+}
+
+// ---- guests and the server log ------------------------------------------
+
+/// A WAT module that calls `sock_accept` on the first preopen `n` times.
+fn sock_accept_loop(n: u32) -> String {
+    format!(
+        r#"(module
+  (import "wasi_snapshot_preview1" "sock_accept" (func $accept (param i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (func (export "_start")
+    (local $i i32)
+    (loop $l
+      (drop (call $accept (i32.const 3) (i32.const 0) (i32.const 0)))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br_if $l (i32.lt_u (local.get $i) (i32.const {n}))))))"#
+    )
+}
+
+#[tokio::test]
+async fn two_hundred_thousand_socket_calls_grow_the_log_by_a_few_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path());
+    let log = dir.path().join("server.log");
+    let server = ProcessServer::start(Some(&config), &dir.path().join("data"), log.clone()).await;
+    let sessions = server.sessions(ALICE).await;
+    let sid = {
+        let mut s = sessions;
+        s.create_session(proto::CreateSessionRequest::default())
+            .await
+            .unwrap()
+            .into_inner()
+            .id
+    };
+    let before = std::fs::metadata(&log).unwrap().len();
+    let r = server
+        .codemode(ALICE)
+        .await
+        .exec(exec(&sid, "wasm", &sock_accept_loop(200_000)))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(status(&r), ExecStatus::Ok, "{}", r.message);
+    // The log is written asynchronously by nothing: lines land before the
+    // reply, but give a slow disk a moment.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let grown = std::fs::metadata(&log).unwrap().len() - before;
+    assert!(grown < 4096, "the log grew by {grown} bytes");
+}
+
+// ---- module compiles ----------------------------------------------------
+
+fn leb(mut n: u64, out: &mut Vec<u8>) {
+    loop {
+        let byte = (n & 0x7f) as u8;
+        n >>= 7;
+        if n == 0 {
+            out.push(byte);
+            return;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
+fn section(id: u8, body: &[u8], out: &mut Vec<u8>) {
+    out.push(id);
+    leb(body.len() as u64, out);
+    out.extend_from_slice(body);
+}
+
+/// A WASI command module of `functions` functions of type `() -> ()`, the
+/// first exported as `_start`, each adding to a local `repeats` times:
+/// straight-line code that takes cranelift a while.
+fn heavy_module(functions: u32, repeats: u32) -> Vec<u8> {
+    let mut m = b"\0asm\x01\0\0\0".to_vec();
+    section(1, &[0x01, 0x60, 0x00, 0x00], &mut m);
+    let mut funcs = Vec::new();
+    leb(u64::from(functions), &mut funcs);
+    funcs.extend(std::iter::repeat_n(0u8, functions as usize));
+    section(3, &funcs, &mut m);
+    let mut exports = vec![0x01, 0x06];
+    exports.extend_from_slice(b"_start");
+    exports.extend_from_slice(&[0x00, 0x00]);
+    section(7, &exports, &mut m);
+    let mut body = vec![0x01, 0x01, 0x7f]; // one i32 local
+    for i in 0..repeats {
+        body.push(0x41); // i32.const
+        leb(u64::from(i % 64), &mut body);
+        body.extend_from_slice(&[0x20, 0x00, 0x6a, 0x21, 0x00]);
+    }
+    body.push(0x0b);
+    let mut code = Vec::new();
+    leb(u64::from(functions), &mut code);
+    for _ in 0..functions {
+        leb(body.len() as u64, &mut code);
+        code.extend_from_slice(&body);
+    }
+    section(10, &code, &mut m);
+    m
+}
+
+fn module_exec(session: &str, module: Vec<u8>) -> proto::ExecRequest {
+    proto::ExecRequest {
+        session_id: session.into(),
+        runtime: "wasm".into(),
+        module: module.into(),
+        ..Default::default()
+    }
+}
+
+const TRIVIAL_WAT: &str = "(module (memory (export \"memory\") 1) (func (export \"_start\")))";
+
+#[tokio::test]
+async fn a_module_over_the_function_cap_is_refused_before_it_is_compiled() {
+    let server = TestServer::start().await;
+    let sid = session(&server, ALICE).await;
+    let started = Instant::now();
+    let err = server
+        .codemode(ALICE)
+        .await
+        .exec(module_exec(&sid, heavy_module(30_000, 0)))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    assert!(
+        err.message().contains("30000 functions") && err.message().contains("sandbox.max_module_functions"),
+        "{}",
+        err.message()
+    );
+    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+}
+
+#[tokio::test]
+async fn a_compile_longer_than_the_timeout_ends_the_exec_at_its_deadline() {
+    let server = TestServer::start().await;
+    let sid = session(&server, ALICE).await;
+    let mut req = module_exec(&sid, heavy_module(2_000, 1_000));
+    req.limits = timeout(1_000);
+    let started = Instant::now();
+    let r = run(&server, ALICE, req).await;
+    let took = started.elapsed();
+    assert_eq!(status(&r), ExecStatus::Timeout, "{}", r.message);
+    assert!(r.message.contains("compil"), "{}", r.message);
+    assert!(took < Duration::from_millis(2_500), "the exec took {took:?}");
+}
+
+#[tokio::test]
+async fn one_tenants_module_compiles_do_not_delay_another_tenants_exec() {
+    let server = TestServer::start().await;
+    let mine = session(&server, ALICE).await;
+    let theirs = session(&server, MALLORY).await;
+    // Warm up: the trivial module's first exec, and the connection.
+    let mut alice = server.codemode(ALICE).await;
+    alice.exec(exec(&mine, "wasm", TRIVIAL_WAT)).await.unwrap();
+    let mut attacks = Vec::new();
+    for i in 0..3 {
+        let mut c = server.codemode(MALLORY).await;
+        // Different modules (no shared compile), each seconds to compile.
+        let req = module_exec(&theirs, heavy_module(2_000 + i, 1_000));
+        attacks.push(tokio::spawn(async move { c.exec(req).await }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut worst = Duration::ZERO;
+    for i in 0..3 {
+        // A new module each time, so each needs a compile of its own.
+        let wat = format!(
+            "(module (memory (export \"memory\") 1) (func (export \"_start\")) (func (result i32) i32.const {i}))"
+        );
+        let started = Instant::now();
+        let r = alice.exec(exec(&mine, "wasm", &wat)).await.unwrap().into_inner();
+        worst = worst.max(started.elapsed());
+        assert_eq!(status(&r), ExecStatus::Ok, "{}", r.message);
+    }
+    assert!(
+        worst < Duration::from_millis(1_500),
+        "alice's trivial exec took {worst:?} while mallory compiled"
+    );
+    for a in attacks {
+        let _ = a.await.unwrap();
+    }
+}
+
+// ---- exec slots per tenant ------------------------------------------------
+
+#[tokio::test]
+async fn a_tenant_at_its_exec_bound_is_refused_and_another_tenant_still_runs() {
+    let server = TestServer::start_with(|c| {
+        c.sandbox.max_concurrent_execs = 4;
+        c.sandbox.max_queued_execs = 4;
+    })
+    .await;
+    let mine = session(&server, ALICE).await;
+    let theirs = session(&server, MALLORY).await;
+    let spin = "(module (memory (export \"memory\") 1) (func (export \"_start\") (loop br 0)))";
+    // Compile the spinner once, so the flood below is all execs.
+    let mut warm = exec(&theirs, "wasm", spin);
+    warm.limits = timeout(100);
+    run(&server, MALLORY, warm).await;
+    let mut flood = Vec::new();
+    for _ in 0..12 {
+        let mut c = server.codemode(MALLORY).await;
+        let mut req = exec(&theirs, "wasm", spin);
+        req.limits = timeout(3_000);
+        flood.push(tokio::spawn(async move { c.exec(req).await }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = Instant::now();
+    let r = server
+        .codemode(ALICE)
+        .await
+        .exec(exec(&mine, "wasm", TRIVIAL_WAT))
+        .await;
+    let took = started.elapsed();
+    let r = r.expect("another tenant's exec is not refused").into_inner();
+    assert_eq!(status(&r), ExecStatus::Ok, "{}", r.message);
+    assert!(took < Duration::from_secs(1), "alice waited {took:?}");
+    let mut refused = 0;
+    for f in flood {
+        match f.await.unwrap() {
+            Ok(r) => assert_eq!(status(&r.into_inner()), ExecStatus::Timeout),
+            Err(e) => {
+                assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+                assert!(
+                    e.message().contains("sandbox.max_queued_execs_per_tenant"),
+                    "{}",
+                    e.message()
+                );
+                refused += 1;
+            }
+        }
+    }
+    // Two running and two waiting of mallory's; the other eight refused.
+    assert_eq!(refused, 8);
+}
