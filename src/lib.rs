@@ -12,6 +12,8 @@
 //! - [`error`]: every layer's error mapped to a `tonic::Status`, in one place.
 //! - [`ids`]: typed, unguessable IDs (`ses_`, `pl_`, `rcpt_`).
 //! - [`clock`]: the time source, replaceable in tests.
+//! - [`fairness`]: fair shares of bounded resources: slots with a global
+//!   and a per-key (tenant) bound, and a minimum rate for streams.
 //! - [`faults`]: named crash points for crash tests of the real binary.
 //! - [`reaper`]: the background task that deletes what has expired, paced,
 //!   driven by the expiry index.
@@ -45,6 +47,7 @@ pub mod clock;
 pub mod config;
 pub mod context;
 pub mod error;
+pub mod fairness;
 pub mod faults;
 pub mod ids;
 pub mod inspect;

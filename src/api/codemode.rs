@@ -112,6 +112,7 @@ impl CodeMode for CodeModeService {
             args,
             inputs: inputs.into_iter().map(|(_, i)| i).collect(),
             limits: resolved.limits,
+            tenant: p.tenant.clone(),
         };
         let event = NewEvent::new(action::EXEC_RUN).session(&session.id);
         let input_count = input_ids.len();
@@ -373,6 +374,9 @@ impl CodeModeService {
                 setup_us: finished.setup.as_micros() as u64,
                 instantiate_us: out.instantiate.as_micros() as u64,
                 run_us: out.wall.saturating_sub(out.instantiate).as_micros() as u64,
+                compile_us: finished.compile.as_micros() as u64,
+                denied_calls: out.denied_socket_calls,
+                scratch_entries: finished.scratch_entries,
             }),
             clamped: resolved.clamped,
             effective_limits: Some(convert::exec_limits(&resolved.limits)),

@@ -3,6 +3,8 @@
 //!
 //! - [`engine`]: the engines (pooling, CoW images, epochs; fuel on demand).
 //! - [`images`]: runtime images, their manifests and the compile cache.
+//! - [`modules`]: callers' own modules: caps checked before compiling, and
+//!   the compiled ones cached by hash within a memory budget.
 //! - [`workdir`]: the per-exec directory (`/payloads`, `/spillway`, `/tmp`,
 //!   `/out`), built through cap-std.
 //! - [`pipe`]: capped stdout and stderr.
@@ -12,11 +14,19 @@
 //!
 //! Guests run on a dedicated tokio runtime, so a script that spins never
 //! holds a thread the RPC path needs; at most `max_concurrent_execs` run at
-//! once, and at most `max_queued_execs` wait.
+//! once, and at most `max_queued_execs` wait. Each tenant (a plain key the
+//! caller passes in [`ExecSpec::tenant`]) has its own share of both, so one
+//! tenant at its bound is refused while the others still run.
+//!
+//! A caller's module is checked (size, function count, estimated compile
+//! memory) before it is compiled, and compiled on a thread of its own at
+//! exec priority, under a compile slot of its tenant and within the exec's
+//! deadline; no lock is shared between tenants' compiles.
 
 pub mod engine;
 pub mod images;
 pub mod limits;
+pub mod modules;
 pub mod outcome;
 pub mod pipe;
 pub mod run;
@@ -31,12 +41,14 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use tokio::sync::{OnceCell, Semaphore};
+use tokio::sync::{OnceCell, Semaphore, watch};
 
+use crate::fairness::{Bound, KeyedSlots, Refused};
 use engine::{PoolSize, TickingEngine};
 use images::{Artifact, Manifest};
 use limits::ExecLimits;
-use run::{Linkers, Prepared, RunOutcome, RunSpec, ScratchLimit};
+use modules::{Key as ModuleKey, ModuleCache, Shape};
+use run::{Ending, Linkers, Prepared, RunOutcome, RunSpec, ScratchLimit};
 use workdir::{ExecInput, WorkDir, WorkRoot};
 
 /// The runtime that runs caller-supplied modules.
@@ -54,6 +66,27 @@ pub struct SandboxConfig {
     pub max_concurrent_execs: usize,
     /// Execs waiting for a slot; beyond this, `RESOURCE_EXHAUSTED`.
     pub max_queued_execs: usize,
+    /// Execs one tenant may run at once (0: half of
+    /// `max_concurrent_execs`, at least one).
+    pub max_concurrent_execs_per_tenant: usize,
+    /// Execs one tenant may have waiting (0: half of `max_queued_execs`,
+    /// at least one); beyond this, that tenant gets `RESOURCE_EXHAUSTED`.
+    pub max_queued_execs_per_tenant: usize,
+    /// Callers' module compiles at once, server-wide.
+    pub max_concurrent_compiles: usize,
+    /// Callers' module compiles one tenant may run at once; more wait
+    /// (within their exec's deadline).
+    pub max_concurrent_compiles_per_tenant: usize,
+    /// Estimated memory all compiles in progress may take together (each
+    /// module is charged 32 bytes per byte of binary); a compile waits for
+    /// room, and a module that alone needs more is refused.
+    pub compile_memory_bytes: u64,
+    /// Compiled caller modules kept for reuse, by their compiled size;
+    /// least recently used out first.
+    pub module_cache_bytes: u64,
+    /// Most functions a caller's module (with every nested module) may
+    /// define.
+    pub max_module_functions: u64,
     /// Threads of the runtime that runs guests (default: one per core).
     pub exec_threads: usize,
     /// Nice value of those threads (Linux, 0–19): spinning scripts then
@@ -82,6 +115,13 @@ impl Default for SandboxConfig {
             cache_dir: None,
             max_concurrent_execs: 8,
             max_queued_execs: 64,
+            max_concurrent_execs_per_tenant: 0,
+            max_queued_execs_per_tenant: 0,
+            max_concurrent_compiles: 2,
+            max_concurrent_compiles_per_tenant: 1,
+            compile_memory_bytes: 1 << 30,
+            module_cache_bytes: 256 << 20,
+            max_module_functions: 20_000,
             exec_threads: 0,
             exec_nice: 10,
             wasm_defaults: ExecLimits::DEFAULTS,
@@ -89,7 +129,7 @@ impl Default for SandboxConfig {
             max_scratch_bytes: 256 << 20,
             max_scratch_entries: 10_000,
             max_source_bytes: 1 << 20,
-            max_module_bytes: 32 << 20,
+            max_module_bytes: 16 << 20,
             max_args_bytes: 64 << 10,
         }
     }
@@ -109,26 +149,25 @@ pub enum SandboxError {
     /// No such runtime.
     #[error("unknown runtime {0:?}; use one of: {1}")]
     UnknownRuntime(String, String),
-    /// Every slot is busy and the queue is full.
-    #[error(
-        "code mode is at capacity: {running} scripts are running and {queued} are waiting (limits sandbox.max_concurrent_execs and sandbox.max_queued_execs); retry in a few seconds"
-    )]
+    /// Every slot is busy and the queue is full, server-wide or for the
+    /// caller's tenant; the message names the limit.
+    #[error("{message}")]
     Busy {
-        /// Running execs.
-        running: usize,
-        /// Waiting execs.
-        queued: usize,
+        /// What is full, which limit, and what to do.
+        message: String,
     },
     /// A request field is too large.
-    #[error("{what} is {size} bytes, over the limit of {limit} bytes (sandbox.{key}); {hint}")]
+    #[error("{what} is {size} {unit}, over the limit of {limit} {unit} ({key}); {hint}")]
     TooLarge {
         /// The field.
         what: &'static str,
         /// Its size.
-        size: usize,
+        size: u64,
         /// The limit.
-        limit: usize,
-        /// The config key.
+        limit: u64,
+        /// What is counted (`bytes`, `functions`).
+        unit: &'static str,
+        /// The config key (or request field) of the limit.
         key: &'static str,
         /// What to do.
         hint: &'static str,
@@ -164,6 +203,9 @@ pub struct ExecSpec {
     pub inputs: Vec<ExecInput>,
     /// Resolved limits.
     pub limits: ExecLimits,
+    /// The caller's tenant: the key of its share of exec and compile slots
+    /// and of its compiled modules.
+    pub tenant: String,
 }
 
 /// A finished exec: the run, and the directory holding `/out` until the
@@ -173,12 +215,16 @@ pub struct Finished {
     pub outcome: RunOutcome,
     /// The exec directory (removed on drop).
     pub work: Arc<WorkDir>,
-    /// Time spent waiting for a slot.
+    /// Time spent waiting: for a compile slot, then for an exec slot.
     pub queued: Duration,
+    /// Time spent compiling the caller's module (zero on a cache hit).
+    pub compile: Duration,
     /// Time spent building the exec directory.
     pub setup: Duration,
-    /// `/tmp` plus `/out` usage at exit.
+    /// `/tmp` plus `/out` usage at exit: charged bytes.
     pub scratch_bytes: u64,
+    /// `/tmp` plus `/out` usage at exit: entries.
+    pub scratch_entries: u64,
     /// Whether the runtime is a built-in image (exit codes 2 and 3 mean
     /// invalid arguments or script).
     pub image: bool,
@@ -220,8 +266,27 @@ impl EngineSet {
     }
 }
 
-/// Caller modules compiled recently, by sha256 and engine.
-const MODULE_CACHE: usize = 32;
+/// A compile's result, shared by every exec waiting for it: the linked
+/// module, or why it does not compile; and how long it took.
+type Compiled = Option<(Result<Arc<Prepared>, String>, Duration)>;
+
+/// Compiles in progress, by key, for execs of the same module to join.
+type InFlight = Arc<Mutex<HashMap<ModuleKey, watch::Receiver<Compiled>>>>;
+
+/// How a caller's module became ready, or did not.
+enum ModuleReady {
+    /// Linked, after waiting `waited` for a slot and `compiling` for the
+    /// compile (both zero on a cache hit).
+    Ready {
+        prepared: Arc<Prepared>,
+        waited: Duration,
+        compiling: Duration,
+    },
+    /// It does not compile or link.
+    Invalid(String),
+    /// The exec's deadline passed first.
+    TimedOut { waited: Duration, compiling: Duration },
+}
 
 /// The sandbox: engines, images, slots and the exec runtime.
 pub struct Sandbox {
@@ -232,12 +297,17 @@ pub struct Sandbox {
     images: HashMap<String, Arc<Image>>,
     missing: HashMap<String, String>,
     work: WorkRoot,
-    slots: Arc<Semaphore>,
-    waiting: AtomicUsize,
-    modules: Mutex<HashMap<(String, bool), Arc<Prepared>>>,
-    /// One caller-module compile at a time: concurrent execs of the same
-    /// new module then compile it once, and compiles cannot pile up.
-    compiling: tokio::sync::Mutex<()>,
+    /// Execs running or waiting, per tenant and in all.
+    admission: KeyedSlots,
+    /// Execs running, per tenant and in all.
+    running: KeyedSlots,
+    /// Compiles of callers' modules, per tenant and in all.
+    compiles: KeyedSlots,
+    /// Estimated compile memory, in KiB.
+    compile_memory: Arc<Semaphore>,
+    modules: Arc<Mutex<ModuleCache<Arc<Prepared>>>>,
+    in_flight: InFlight,
+    guest_log: GuestLog,
     runtime: Option<tokio::runtime::Runtime>,
     seq: AtomicUsize,
 }
@@ -307,17 +377,62 @@ impl Sandbox {
             .cache_dir
             .clone()
             .unwrap_or_else(|| data_dir.join("cache").join("sandbox"));
+        let queued = cfg.max_queued_execs;
+        let per_tenant_running = match cfg.max_concurrent_execs_per_tenant {
+            0 => concurrent.div_ceil(2),
+            n => n,
+        };
+        let per_tenant_queued = match cfg.max_queued_execs_per_tenant {
+            0 => queued.div_ceil(2).max(1),
+            n => n,
+        };
+        let admission = KeyedSlots::new(
+            Bound {
+                limit: concurrent + queued,
+                key: "sandbox.max_queued_execs",
+            },
+            Bound {
+                limit: per_tenant_running + per_tenant_queued,
+                key: "sandbox.max_queued_execs_per_tenant",
+            },
+        );
+        let running = KeyedSlots::new(
+            Bound {
+                limit: concurrent,
+                key: "sandbox.max_concurrent_execs",
+            },
+            Bound {
+                limit: per_tenant_running,
+                key: "sandbox.max_concurrent_execs_per_tenant",
+            },
+        );
+        let compiles = KeyedSlots::new(
+            Bound {
+                limit: cfg.max_concurrent_compiles.max(1),
+                key: "sandbox.max_concurrent_compiles",
+            },
+            Bound {
+                limit: cfg.max_concurrent_compiles_per_tenant.max(1),
+                key: "sandbox.max_concurrent_compiles_per_tenant",
+            },
+        );
+        let compile_kib = usize::try_from(cfg.compile_memory_bytes >> 10)
+            .unwrap_or(usize::MAX)
+            .min(Semaphore::MAX_PERMITS);
         Ok(Self {
-            slots: Arc::new(Semaphore::new(concurrent)),
+            admission,
+            running,
+            compiles,
+            compile_memory: Arc::new(Semaphore::new(compile_kib)),
+            modules: Arc::new(Mutex::new(ModuleCache::new(cfg.module_cache_bytes))),
+            in_flight: InFlight::default(),
+            guest_log: GuestLog::default(),
             work: WorkRoot::open(data_dir)?,
             cache_dir,
             main,
             fuel: OnceCell::new(),
             images,
             missing,
-            waiting: AtomicUsize::new(0),
-            modules: Mutex::new(HashMap::new()),
-            compiling: tokio::sync::Mutex::new(()),
             runtime: Some(runtime),
             seq: AtomicUsize::new(0),
             cfg,
@@ -413,18 +528,20 @@ impl Sandbox {
         if spec.source.len() > c.max_source_bytes {
             return Err(SandboxError::TooLarge {
                 what: "source",
-                size: spec.source.len(),
-                limit: c.max_source_bytes,
-                key: "max_source_bytes",
+                size: spec.source.len() as u64,
+                limit: c.max_source_bytes as u64,
+                unit: "bytes",
+                key: "sandbox.max_source_bytes",
                 hint: "keep scripts small and read data from /payloads instead of embedding it",
             });
         }
         if spec.module.len() > c.max_module_bytes {
             return Err(SandboxError::TooLarge {
                 what: "module",
-                size: spec.module.len(),
-                limit: c.max_module_bytes,
-                key: "max_module_bytes",
+                size: spec.module.len() as u64,
+                limit: c.max_module_bytes as u64,
+                unit: "bytes",
+                key: "sandbox.max_module_bytes",
                 hint: "build the module in release mode and strip it",
             });
         }
@@ -432,9 +549,10 @@ impl Sandbox {
         if args > c.max_args_bytes {
             return Err(SandboxError::TooLarge {
                 what: "args",
-                size: args,
-                limit: c.max_args_bytes,
-                key: "max_args_bytes",
+                size: args as u64,
+                limit: c.max_args_bytes as u64,
+                unit: "bytes",
+                key: "sandbox.max_args_bytes",
                 hint: "put large values in a payload and read it from /payloads",
             });
         }
@@ -463,54 +581,60 @@ impl Sandbox {
         Ok(())
     }
 
-    /// Runs one exec: waits for a slot (or fails fast when the queue is
-    /// full), builds its directory, runs it on the exec runtime.
+    /// Runs one exec: admits it within its tenant's share (or fails fast),
+    /// then on the exec runtime compiles its module if it brings one, waits
+    /// for an exec slot, builds its directory and runs it.
     pub async fn exec(
         self: &Arc<Self>,
         spec: ExecSpec,
     ) -> Result<Result<Finished, String>, SandboxError> {
         self.check_request(&spec)?;
         let asked = Instant::now();
-        let permit = {
-            let waiting = self.waiting.fetch_add(1, Ordering::AcqRel);
-            let guard = Waiting(&self.waiting);
-            if self.slots.available_permits() == 0 && waiting >= self.cfg.max_queued_execs {
-                drop(guard);
-                return Err(SandboxError::Busy {
-                    running: self.cfg.max_concurrent_execs,
-                    queued: waiting,
-                });
-            }
-            let permit = self
-                .slots
-                .clone()
-                .acquire_owned()
-                .await
-                .map_err(|_| SandboxError::Setup("the sandbox is shutting down".into()))?;
-            drop(guard);
-            permit
-        };
-        let queued = asked.elapsed();
+        let admitted = self
+            .admission
+            .try_acquire(&spec.tenant)
+            .map_err(|r| self.busy(&r))?;
         let this = self.clone();
         let mut task = AbortOnDrop(self.handle().spawn(async move {
-            let _permit = permit;
-            this.exec_now(spec, queued).await
+            let _admitted = admitted;
+            this.exec_admitted(spec, asked).await
         }));
         // If the caller goes away (a cancelled RPC), dropping `task` stops
-        // the guest and frees its slot at once.
+        // the guest and frees its slots at once.
         match (&mut task.0).await {
             Ok(r) => r,
             Err(e) => Err(SandboxError::Setup(format!("exec task failed: {e}"))),
         }
     }
 
-    async fn exec_now(
+    /// A refusal in words, naming the limit that refused.
+    fn busy(&self, r: &Refused) -> SandboxError {
+        let running = self.running.per_key().limit;
+        let waiting = self.admission.per_key().limit - running;
+        let message = match r {
+            Refused::Key { .. } => format!(
+                "your tenant already has {} code-mode scripts running or waiting, its share (sandbox.max_concurrent_execs_per_tenant = {running} running plus sandbox.max_queued_execs_per_tenant = {waiting} waiting); other tenants are not affected. Wait for some to finish, or run fewer at once",
+                self.admission.per_key().limit
+            ),
+            Refused::Global { .. } => format!(
+                "code mode is at capacity: {} scripts are running and {} are waiting (limits sandbox.max_concurrent_execs and sandbox.max_queued_execs); retry in a few seconds",
+                self.running.held(),
+                self.admission.held().saturating_sub(self.running.held())
+            ),
+            Refused::Closed => "code mode is shutting down; retry against another server".into(),
+        };
+        SandboxError::Busy { message }
+    }
+
+    async fn exec_admitted(
         &self,
         spec: ExecSpec,
-        queued: Duration,
+        asked: Instant,
     ) -> Result<Result<Finished, String>, SandboxError> {
         let fuel = spec.limits.fuel > 0;
         let image = spec.runtime != WASM_RUNTIME;
+        let mut queued = Duration::ZERO;
+        let mut compile = Duration::ZERO;
         let prepared = if image {
             let img = self
                 .images
@@ -518,22 +642,56 @@ impl Sandbox {
                 .ok_or_else(|| self.unknown(&spec.runtime))?;
             self.prepared_image(img, fuel).await?
         } else {
-            match self
-                .prepared_module(&spec.source, &spec.module, fuel)
-                .await?
-            {
-                Ok(p) => p,
-                Err(why) => return Ok(Err(why)),
+            let deadline = asked + spec.limits.timeout();
+            match self.prepared_module(&spec, fuel, deadline).await? {
+                ModuleReady::Ready {
+                    prepared,
+                    waited,
+                    compiling,
+                } => {
+                    queued += waited;
+                    compile = compiling;
+                    prepared
+                }
+                ModuleReady::Invalid(why) => return Ok(Err(why)),
+                ModuleReady::TimedOut { waited, compiling } => {
+                    let work = Arc::new(self.work.create(&self.exec_id(), &spec.inputs, "")?);
+                    let outcome = RunOutcome {
+                        ending: Ending::CompileTimedOut {
+                            waited,
+                            compiling,
+                        },
+                        stdout: Bytes::new(),
+                        stderr: Bytes::new(),
+                        wall: Duration::ZERO,
+                        instantiate: Duration::ZERO,
+                        peak_memory_bytes: 0,
+                        fuel_consumed: 0,
+                        denied_socket_calls: 0,
+                    };
+                    return Ok(Ok(Finished {
+                        outcome,
+                        work,
+                        queued: waited,
+                        compile: compiling,
+                        setup: Duration::ZERO,
+                        scratch_bytes: 0,
+                        scratch_entries: 0,
+                        image,
+                    }));
+                }
             }
         };
-        let id = format!(
-            "x{}-{}",
-            std::process::id(),
-            self.seq.fetch_add(1, Ordering::Relaxed)
-        );
+        let waiting = Instant::now();
+        let _running = self
+            .running
+            .acquire(&spec.tenant)
+            .await
+            .map_err(|_| SandboxError::Setup("the sandbox is shutting down".into()))?;
+        queued += waiting.elapsed();
         let script = if image { spec.source.as_str() } else { "" };
         let setup_started = Instant::now();
-        let work = Arc::new(self.work.create(&id, &spec.inputs, script)?);
+        let work = Arc::new(self.work.create(&self.exec_id(), &spec.inputs, script)?);
         let setup = setup_started.elapsed();
         let mut argv = Vec::with_capacity(spec.args.len() + 1);
         argv.push(if image {
@@ -543,23 +701,40 @@ impl Sandbox {
         });
         argv.extend(spec.args.iter().cloned());
         let scratch = self.scratch_limit();
+        // The compile is part of the exec's own time.
+        let mut limits = spec.limits;
+        limits.timeout_ms = limits
+            .timeout_ms
+            .saturating_sub(compile.as_millis() as u64)
+            .max(1);
         let run_spec = RunSpec {
             argv,
-            limits: spec.limits,
+            limits,
             max_stderr_bytes: self.cfg.max_stderr_bytes,
             scratch,
         };
         let engine = self.engines(fuel).await?.engine.engine().clone();
         let outcome = run::run(&engine, &prepared, work.clone(), run_spec).await?;
-        let scratch_bytes = work.usage(scratch.entries).map(|u| u.bytes).unwrap_or(0);
+        self.guest_log.note(&spec.tenant, &outcome);
+        let usage = work.usage(scratch.entries);
         Ok(Ok(Finished {
             outcome,
             work,
             queued,
+            compile,
             setup,
-            scratch_bytes,
+            scratch_bytes: usage.bytes,
+            scratch_entries: usage.entries,
             image,
         }))
+    }
+
+    fn exec_id(&self) -> String {
+        format!(
+            "x{}-{}",
+            std::process::id(),
+            self.seq.fetch_add(1, Ordering::Relaxed)
+        )
     }
 
     /// The `/tmp` plus `/out` caps.
@@ -636,50 +811,262 @@ impl Sandbox {
         .cloned()
     }
 
-    /// Compiles a caller's module or WAT; `Ok(Err(why))` when it does not
-    /// compile or link (an invalid script, reported as a result).
+    /// A caller's module or WAT, linked: from the tenant's cache, from a
+    /// compile of the same module already in progress, or compiled now on
+    /// a thread of its own under a compile slot of the tenant and a share
+    /// of the compile memory budget; all within `deadline`.
     async fn prepared_module(
         &self,
-        source: &str,
-        module: &Bytes,
+        spec: &ExecSpec,
         fuel: bool,
-    ) -> Result<Result<Arc<Prepared>, String>, SandboxError> {
-        let bytes: &[u8] = if module.is_empty() {
-            source.as_bytes()
+        deadline: Instant,
+    ) -> Result<ModuleReady, SandboxError> {
+        let bytes: &[u8] = if spec.module.is_empty() {
+            spec.source.as_bytes()
         } else {
-            module
+            &spec.module
         };
-        let key = (hex::encode(Sha256::digest(bytes)), fuel);
-        if let Some(p) = self.lock_modules().get(&key) {
-            return Ok(Ok(p.clone()));
+        let key: ModuleKey = (spec.tenant.clone(), hex::encode(Sha256::digest(bytes)), fuel);
+        if let Some(prepared) = self.lock_modules().get(&key) {
+            return Ok(ModuleReady::Ready {
+                prepared,
+                waited: Duration::ZERO,
+                compiling: Duration::ZERO,
+            });
         }
-        let _compiling = self.compiling.lock().await;
-        if let Some(p) = self.lock_modules().get(&key) {
-            return Ok(Ok(p.clone()));
-        }
-        let set = self.engines(fuel).await?;
-        let engine = &set.engine;
-        let compiled = tokio::task::block_in_place(|| {
-            if is_component(bytes) {
-                wasmtime::component::Component::new(engine.engine(), bytes).map(Artifact::Component)
-            } else {
-                wasmtime::Module::new(engine.engine(), bytes).map(Artifact::Module)
+        let joined = self.lock_in_flight().get(&key).cloned();
+        let mut rx = match joined {
+            Some(rx) => rx,
+            None => {
+                // Parsing WAT and scanning sections is CPU work, on the
+                // exec runtime (not the RPC threads).
+                let shape = match tokio::task::block_in_place(|| modules::shape(bytes)) {
+                    Ok(s) => s,
+                    Err(why) => return Ok(ModuleReady::Invalid(why)),
+                };
+                self.check_shape(&shape, &spec.limits)?;
+                self.start_compile(key, shape, fuel, deadline).await?
             }
-        });
-        let prepared = match compiled.and_then(|a| set.linkers.prepare(&a)) {
-            Ok(p) => Arc::new(p),
-            Err(e) => return Ok(Err(format!("{e:#}"))),
         };
-        let mut cache = self.lock_modules();
-        if cache.len() >= MODULE_CACHE {
-            cache.clear();
+        let waiting = Instant::now();
+        let wait = rx.wait_for(|c| c.is_some());
+        let result = match tokio::time::timeout_at(deadline.into(), wait).await {
+            Ok(Ok(done)) => done.clone(),
+            Ok(Err(_)) => None,
+            Err(_) => {
+                return Ok(ModuleReady::TimedOut {
+                    waited: Duration::ZERO,
+                    compiling: waiting.elapsed(),
+                });
+            }
+        };
+        match result {
+            Some((Ok(prepared), took)) => Ok(ModuleReady::Ready {
+                prepared,
+                waited: waiting.elapsed().saturating_sub(took),
+                compiling: took,
+            }),
+            Some((Err(why), _)) => Ok(ModuleReady::Invalid(why)),
+            // The compile gave up waiting for a slot at its deadline.
+            None => Ok(ModuleReady::TimedOut {
+                waited: waiting.elapsed(),
+                compiling: Duration::ZERO,
+            }),
         }
-        cache.insert(key, prepared.clone());
-        Ok(Ok(prepared))
     }
 
-    fn lock_modules(&self) -> std::sync::MutexGuard<'_, HashMap<(String, bool), Arc<Prepared>>> {
+    /// Refuses a module over the caps, before any compile.
+    fn check_shape(&self, shape: &Shape, limits: &ExecLimits) -> Result<(), SandboxError> {
+        let c = &self.cfg;
+        if shape.functions > c.max_module_functions {
+            return Err(SandboxError::TooLarge {
+                what: "module",
+                size: shape.functions,
+                limit: c.max_module_functions,
+                unit: "functions",
+                key: "sandbox.max_module_functions",
+                hint: "split it, or drop unused code (wasm-opt, or a release build with LTO)",
+            });
+        }
+        let memory = shape.compile_memory();
+        if memory > limits.memory_bytes {
+            return Err(SandboxError::TooLarge {
+                what: "compiling the module would take about",
+                size: memory,
+                limit: limits.memory_bytes,
+                unit: "bytes",
+                key: "the exec's limits.memory_bytes",
+                hint: "send a smaller module, or raise limits.memory_bytes",
+            });
+        }
+        if memory > c.compile_memory_bytes {
+            return Err(SandboxError::TooLarge {
+                what: "compiling the module would take about",
+                size: memory,
+                limit: c.compile_memory_bytes,
+                unit: "bytes",
+                key: "sandbox.compile_memory_bytes",
+                hint: "send a smaller module",
+            });
+        }
+        Ok(())
+    }
+
+    /// Registers a compile of `key` and starts it in the background: it
+    /// waits (until `deadline`) for a compile slot of the tenant and for
+    /// room in the compile memory budget, then compiles on a thread of its
+    /// own at exec priority. A compile that has started runs to its end
+    /// (wasmtime cannot stop one), holding its slot, and its result is
+    /// cached for the next exec.
+    async fn start_compile(
+        &self,
+        key: ModuleKey,
+        shape: Shape,
+        fuel: bool,
+        deadline: Instant,
+    ) -> Result<watch::Receiver<Compiled>, SandboxError> {
+        let (tx, rx) = watch::channel::<Compiled>(None);
+        {
+            let mut in_flight = self.lock_in_flight();
+            if let Some(rx) = in_flight.get(&key) {
+                return Ok(rx.clone());
+            }
+            in_flight.insert(key.clone(), rx.clone());
+        }
+        let set = self.engines(fuel).await?;
+        let compiles = self.compiles.clone();
+        let memory = self.compile_memory.clone();
+        let cache = self.modules.clone();
+        let in_flight = self.in_flight.clone();
+        let nice = self.cfg.exec_nice.clamp(0, 19);
+        let kib = u32::try_from(shape.compile_memory() >> 10)
+            .unwrap_or(u32::MAX)
+            .max(1);
+        self.handle().spawn(async move {
+            let slots = async {
+                let slot = compiles.acquire(&key.0).await.ok()?;
+                let mem = memory.acquire_many_owned(kib).await.ok()?;
+                Some((slot, mem))
+            };
+            let Ok(Some((slot, mem))) = tokio::time::timeout_at(deadline.into(), slots).await
+            else {
+                // Nobody got to compile it in time: forget it (waiters see
+                // the channel close).
+                in_flight.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+                return;
+            };
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(1)
+                .thread_name(|_| "sandbox-compile".into())
+                .start_handler(move |_| lower_priority(nice))
+                .build();
+            let job = move || {
+                let _held = (slot, mem);
+                let started = Instant::now();
+                let compiled = compile(&set, &shape);
+                let took = started.elapsed();
+                let result = compiled.map(|(prepared, cost)| {
+                    let prepared = Arc::new(prepared);
+                    cache
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(key.clone(), prepared.clone(), cost);
+                    prepared
+                });
+                in_flight.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+                let _ = tx.send(Some((result, took)));
+            };
+            match pool {
+                Ok(pool) => pool.spawn(job),
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not start a compile thread");
+                    // Compile here instead: still off the RPC threads.
+                    tokio::task::block_in_place(job);
+                }
+            }
+        });
+        Ok(rx)
+    }
+
+    fn lock_modules(&self) -> std::sync::MutexGuard<'_, ModuleCache<Arc<Prepared>>> {
         self.modules.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock_in_flight(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<ModuleKey, watch::Receiver<Compiled>>> {
+        self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Compiles and links a checked module; returns it with its cost in the
+/// cache (its compiled image plus its binary).
+fn compile(set: &EngineSet, shape: &Shape) -> Result<(Prepared, u64), String> {
+    let engine = set.engine.engine();
+    let (artifact, image) = if shape.component {
+        let c = wasmtime::component::Component::new(engine, &shape.binary)
+            .map_err(|e| format!("{e:#}"))?;
+        let r = c.image_range();
+        let len = (r.end as usize).saturating_sub(r.start as usize);
+        (Artifact::Component(c), len)
+    } else {
+        let m = wasmtime::Module::new(engine, &shape.binary).map_err(|e| format!("{e:#}"))?;
+        let r = m.image_range();
+        let len = (r.end as usize).saturating_sub(r.start as usize);
+        (Artifact::Module(m), len)
+    };
+    let prepared = set.linkers.prepare(&artifact).map_err(|e| format!("{e:#}"))?;
+    Ok((prepared, (image + shape.binary.len()) as u64))
+}
+
+/// Guest-triggered events for the server log: one line per exec at most,
+/// and at most [`GUEST_LOG_BURST`] lines per minute over all execs; what is
+/// held back is counted into the next line.
+#[derive(Debug, Default)]
+struct GuestLog {
+    state: Mutex<GuestLogState>,
+}
+
+#[derive(Debug, Default)]
+struct GuestLogState {
+    window: Option<Instant>,
+    lines: u32,
+    held_execs: u64,
+    held_calls: u64,
+}
+
+/// Lines of guest events per minute.
+const GUEST_LOG_BURST: u32 = 10;
+
+impl GuestLog {
+    fn note(&self, tenant: &str, outcome: &RunOutcome) {
+        let calls = outcome.denied_socket_calls;
+        if calls == 0 {
+            return;
+        }
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        if s.window.is_none_or(|w| now.duration_since(w) >= Duration::from_secs(60)) {
+            s.window = Some(now);
+            s.lines = 0;
+        }
+        if s.lines >= GUEST_LOG_BURST {
+            s.held_execs += 1;
+            s.held_calls = s.held_calls.saturating_add(calls);
+            return;
+        }
+        s.lines += 1;
+        let (held_execs, held_calls) = (s.held_execs, s.held_calls);
+        s.held_execs = 0;
+        s.held_calls = 0;
+        drop(s);
+        tracing::info!(
+            tenant,
+            denied_socket_calls = calls,
+            held_back_execs = held_execs,
+            held_back_calls = held_calls,
+            "guest socket calls refused"
+        );
     }
 }
 
@@ -717,41 +1104,7 @@ impl<T> Drop for AbortOnDrop<T> {
     }
 }
 
-struct Waiting<'a>(&'a AtomicUsize);
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-/// Whether bytes are a component: binary layer 1, or WAT `(component`.
-fn is_component(bytes: &[u8]) -> bool {
-    if bytes.starts_with(b"\0asm") {
-        return bytes.get(6..8) == Some(&[1, 0]);
-    }
-    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(4096)]);
-    let mut rest = text.trim_start();
-    // Skip line comments before the first form.
-    while let Some(r) = rest.strip_prefix(";;") {
-        rest = r.split_once('\n').map_or("", |x| x.1).trim_start();
-    }
-    rest.starts_with("(component")
-}
-
 fn wasmtime_version() -> &'static str {
     "48"
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn components_are_told_apart_from_modules() {
-        assert!(is_component(b"\0asm\x0d\0\x01\0"));
-        assert!(!is_component(b"\0asm\x01\0\0\0"));
-        assert!(is_component(b";; a comment\n  (component)"));
-        assert!(!is_component(b"(module (func))"));
-    }
-}

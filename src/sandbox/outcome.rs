@@ -3,6 +3,7 @@
 
 use super::limits::ExecLimits;
 use super::run::{Ending, RunOutcome, ScratchLimit};
+use super::workdir::Incomplete;
 
 /// The first stderr line a componentized guest writes when the script does
 /// not compile (it cannot exit with a code above 1).
@@ -42,6 +43,24 @@ pub struct Verdict {
 /// whose exit codes 2 and 3 mean bad arguments and a script that does not
 /// compile.
 pub fn judge(
+    runtime: &str,
+    images: bool,
+    out: &RunOutcome,
+    limits: &ExecLimits,
+    ceiling: &ExecLimits,
+    scratch: ScratchLimit,
+) -> Verdict {
+    let mut v = judge_ending(runtime, images, out, limits, ceiling, scratch);
+    if out.denied_socket_calls > 0 {
+        v.message.push_str(&format!(
+            "; the script made {} socket call(s), each refused: code mode has no network",
+            group(out.denied_socket_calls)
+        ));
+    }
+    v
+}
+
+fn judge_ending(
     runtime: &str,
     images: bool,
     out: &RunOutcome,
@@ -129,6 +148,19 @@ pub fn judge(
                 bytes(out.stderr.len() as u64)
             ),
         ),
+        Ending::ScratchLimit(usage) if usage.incomplete == Some(Incomplete::TooDeep) => verdict(
+            Status::OutputLimit,
+            -1,
+            format!(
+                "/tmp and /out hold a directory tree so deep and branched that measuring it costs more than its {} entries allow, and the script was stopped; keep scratch directories shallow",
+                scratch.entries
+            ),
+        ),
+        Ending::ScratchLimit(usage) if matches!(usage.incomplete, Some(Incomplete::Unreadable(_))) => verdict(
+            Status::OutputLimit,
+            -1,
+            "/tmp and /out could not be measured (the script left something there that cannot be read), and the script was stopped; keep only plain files and directories there".to_owned(),
+        ),
         Ending::ScratchLimit(usage) => verdict(
             Status::OutputLimit,
             -1,
@@ -138,6 +170,17 @@ pub fn judge(
                 usage.entries,
                 bytes(scratch.bytes),
                 scratch.entries
+            ),
+        ),
+        Ending::CompileTimedOut { waited, compiling } => verdict(
+            Status::Timeout,
+            -1,
+            format!(
+                "timed out after {} before the module finished compiling ({} ms waiting for a compile slot, {} ms compiling), so nothing ran. A compile that started goes on, and an exec of the same module after it ends uses it; or send a smaller module (fewer, smaller functions), or raise limits.timeout_ms (up to {})",
+                secs(limits.timeout_ms),
+                waited.as_millis(),
+                compiling.as_millis(),
+                group(ceiling.timeout_ms)
             ),
         ),
         Ending::Trapped(why) => {
@@ -198,6 +241,7 @@ mod tests {
             instantiate: Duration::from_millis(1),
             peak_memory_bytes: 0,
             fuel_consumed: 0,
+            denied_socket_calls: 0,
         }
     }
 

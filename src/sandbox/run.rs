@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use wasmtime::component::Linker as ComponentLinker;
-use wasmtime::{Engine, InstancePre, Linker, ResourceLimiter, Store, Trap, UpdateDeadline};
+use wasmtime::{
+    Caller, Engine, InstancePre, Linker, ResourceLimiter, Store, Trap, UpdateDeadline,
+};
 use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::p2::bindings::CommandPre;
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder, WasiCtxView, WasiView};
@@ -18,8 +20,12 @@ use super::limits::ExecLimits;
 use super::pipe::{CappedPipe, OutputLimit};
 use super::workdir::{Mount, Usage, WorkDir};
 
-/// Check `/tmp` and `/out` every this many epoch ticks.
-const SCRATCH_CHECK_TICKS: u32 = 2;
+/// Shortest time between two checks of `/tmp` and `/out`.
+const SCRATCH_CHECK_EVERY: Duration = Duration::from_millis(10);
+/// A check that took `t` is followed by at least `t` times this much
+/// running: a tree that is costly to walk is walked less often, so the
+/// walks take at most a fifth of the exec's time.
+const SCRATCH_CHECK_SPACING: u32 = 4;
 /// Largest table a guest may grow to (elements).
 const MAX_TABLE_ELEMENTS: usize = 1 << 20;
 /// How long past its deadline a guest blocked in a host call is given
@@ -31,12 +37,13 @@ pub struct Host {
     wasi: WasiP1Ctx,
     memory: MemoryLimiter,
     deadline: Instant,
-    ticks: u32,
+    next_scratch_check: Instant,
     work: Arc<WorkDir>,
     scratch: ScratchLimit,
     timed_out: bool,
     scratch_over: Option<Usage>,
     instantiated: Option<Instant>,
+    denied_socket_calls: u64,
 }
 
 impl WasiView for Host {
@@ -104,6 +111,7 @@ impl Linkers {
     pub fn new(engine: &Engine) -> wasmtime::Result<Self> {
         let mut module = Linker::new(engine);
         wasmtime_wasi::p1::add_to_linker_async(&mut module, |h: &mut Host| &mut h.wasi)?;
+        deny_sockets(&mut module)?;
         let mut component = ComponentLinker::new(engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut component)?;
         Ok(Self { module, component })
@@ -126,6 +134,45 @@ impl Linkers {
             )?)),
         }
     }
+}
+
+/// WASI's `errno::notsock`.
+const ERRNO_NOTSOCK: i32 = 57;
+
+/// Replaces preview1's socket calls (wasmtime-wasi logs a warning on every
+/// one, so a guest could write to the server log at will) with ones that
+/// count the call in the store and return `notsock`: there are no sockets
+/// in code mode. The exec reports the count once.
+fn deny_sockets(linker: &mut Linker<Host>) -> wasmtime::Result<()> {
+    const WASI: &str = "wasi_snapshot_preview1";
+    fn deny(caller: &mut Caller<'_, Host>) -> i32 {
+        let host = caller.data_mut();
+        host.denied_socket_calls = host.denied_socket_calls.saturating_add(1);
+        ERRNO_NOTSOCK
+    }
+    linker.allow_shadowing(true);
+    linker.func_wrap(
+        WASI,
+        "sock_accept",
+        |mut c: Caller<'_, Host>, _fd: i32, _flags: i32, _fd_out: i32| deny(&mut c),
+    )?;
+    linker.func_wrap(
+        WASI,
+        "sock_recv",
+        |mut c: Caller<'_, Host>, _: i32, _: i32, _: i32, _: i32, _: i32, _: i32| deny(&mut c),
+    )?;
+    linker.func_wrap(
+        WASI,
+        "sock_send",
+        |mut c: Caller<'_, Host>, _: i32, _: i32, _: i32, _: i32, _: i32| deny(&mut c),
+    )?;
+    linker.func_wrap(
+        WASI,
+        "sock_shutdown",
+        |mut c: Caller<'_, Host>, _fd: i32, _how: i32| deny(&mut c),
+    )?;
+    linker.allow_shadowing(false);
+    Ok(())
 }
 
 /// A linked artifact, ready to instantiate.
@@ -167,6 +214,15 @@ pub enum Ending {
     ScratchLimit(Usage),
     /// A trap, or an instantiation failure, in words.
     Trapped(String),
+    /// The caller's module was not compiled by the exec's deadline, after
+    /// waiting so long for a compile slot and compiling so long; nothing
+    /// ran.
+    CompileTimedOut {
+        /// Time waiting for a compile slot.
+        waited: Duration,
+        /// Time compiling.
+        compiling: Duration,
+    },
 }
 
 /// What a run produced.
@@ -187,6 +243,8 @@ pub struct RunOutcome {
     pub peak_memory_bytes: u64,
     /// Fuel consumed (zero without fuel).
     pub fuel_consumed: u64,
+    /// Socket calls the guest made, each refused (never logged one by one).
+    pub denied_socket_calls: u64,
 }
 
 /// Runs `prepared` once in a fresh store.
@@ -233,12 +291,13 @@ pub async fn run(
             hit: false,
         },
         deadline: started + limits.timeout(),
-        ticks: 0,
+        next_scratch_check: started + SCRATCH_CHECK_EVERY,
         work,
         scratch: spec.scratch,
         timed_out: false,
         scratch_over: None,
         instantiated: None,
+        denied_socket_calls: 0,
     };
     let mut store = Store::new(engine, host);
     store.limiter(|h| &mut h.memory);
@@ -250,16 +309,20 @@ pub async fn run(
     store.set_epoch_deadline(1);
     store.epoch_deadline_callback(|mut cx| {
         let host = cx.data_mut();
-        if Instant::now() >= host.deadline {
+        let now = Instant::now();
+        if now >= host.deadline {
             host.timed_out = true;
             return Ok(UpdateDeadline::Interrupt);
         }
-        host.ticks = host.ticks.wrapping_add(1);
-        if host.ticks.is_multiple_of(SCRATCH_CHECK_TICKS)
-            && let Some(over) = host.scratch_exceeded()
-        {
-            host.scratch_over = Some(over);
-            return Ok(UpdateDeadline::Interrupt);
+        if now >= host.next_scratch_check {
+            let over = host.scratch_exceeded();
+            let took = now.elapsed();
+            host.next_scratch_check =
+                Instant::now() + SCRATCH_CHECK_EVERY.max(took * SCRATCH_CHECK_SPACING);
+            if let Some(over) = over {
+                host.scratch_over = Some(over);
+                return Ok(UpdateDeadline::Interrupt);
+            }
         }
         Ok(UpdateDeadline::Yield(1))
     });
@@ -298,19 +361,15 @@ pub async fn run(
             .map_or(Duration::ZERO, |t| t.saturating_duration_since(started)),
         peak_memory_bytes: host.memory.peak as u64,
         fuel_consumed,
+        denied_socket_calls: host.denied_socket_calls,
     })
 }
 
 impl Host {
+    /// The usage when it is over the limits (an incomplete walk is over).
     fn scratch_exceeded(&self) -> Option<Usage> {
-        match self.work.usage(self.scratch.entries) {
-            Ok(u) if u.bytes > self.scratch.bytes || u.entries >= self.scratch.entries => Some(u),
-            Ok(_) => None,
-            Err(e) => {
-                tracing::warn!(error = %e, "could not measure an exec's scratch usage");
-                None
-            }
-        }
+        let u = self.work.usage(self.scratch.entries);
+        (u.bytes > self.scratch.bytes || u.incomplete.is_some()).then_some(u)
     }
 }
 

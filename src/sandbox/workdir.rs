@@ -7,24 +7,37 @@
 //!   nothing outside the inputs is reachable;
 //! - `/spillway` (read-only): `script` and `payloads.json`;
 //! - `/tmp` and `/out` (read-write): scratch and outputs, whose combined
-//!   bytes and entries are capped by [`WorkDir::usage`] checks.
+//!   bytes and entries are capped by [`WorkDir::usage`] checks: a walk with
+//!   no depth limit that counts the blocks the file system charges (a
+//!   sparse file counts what it takes, a hard-linked file counts once) and
+//!   stops as soon as it has seen more entries than allowed.
 //!
 //! The directory is removed when the [`WorkDir`] drops, and leftovers of a
 //! crash are removed when the server starts.
 
+use std::collections::HashSet;
+use std::ffi::OsString;
 use std::io::{self, Write};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use cap_std::ambient_authority;
-use cap_std::fs::{Dir, File};
+use cap_std::fs::{Dir, File, MetadataExt};
 use serde::Serialize;
 
 use super::SandboxError;
 
-/// Deepest directory nesting [`WorkDir::usage`] follows.
-const MAX_DEPTH: usize = 32;
+/// Directory handles one walk keeps open at most; deeper directories are
+/// reopened by path from the nearest open ancestor when they still have
+/// subdirectories to visit.
+const MAX_OPEN_DIRS: usize = 64;
+/// Path components one walk may resolve to reopen directories, per entry
+/// allowed: a tree shaped to make the walk quadratic is stopped, as over
+/// its limit, instead of being walked slowly.
+const REOPEN_WORK_PER_ENTRY: u64 = 16;
+/// Most bytes of path handed to one reopen (well under `PATH_MAX`).
+const REOPEN_PATH_BYTES: usize = 2048;
 
 /// One input payload, as the sandbox needs it.
 #[derive(Debug, Clone)]
@@ -158,10 +171,28 @@ struct Dirs {
 /// Bytes and entries under `/tmp` and `/out`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Usage {
-    /// Sum of file lengths (a sparse file counts at its length).
+    /// Bytes the file system charges (allocated blocks) for every file,
+    /// directory and link, each inode once: a sparse file counts the blocks
+    /// it takes, a file with several names counts once.
     pub bytes: u64,
-    /// Files, directories and links.
+    /// Names seen: files, directories and links (each name of a
+    /// hard-linked file is an entry). A walk stops one past its limit.
     pub entries: u64,
+    /// The walk stopped before it had seen everything: more entries than
+    /// allowed, a tree shaped to make the walk too costly, or an error
+    /// reading it. Treated as over the limit.
+    pub incomplete: Option<Incomplete>,
+}
+
+/// Why a walk did not see everything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Incomplete {
+    /// More entries than allowed.
+    Entries,
+    /// So deep and branched that measuring it would take too long.
+    TooDeep,
+    /// An error other than an entry vanishing.
+    Unreadable(io::ErrorKind),
 }
 
 /// A file a script left in `/out`.
@@ -233,14 +264,18 @@ impl WorkDir {
         PathBuf::from(format!("/proc/self/fd/{}", self.dir(m).as_raw_fd()))
     }
 
-    /// Bytes and entries under `/tmp` and `/out`, counting at most
-    /// `max_entries` entries (the caller treats reaching it as over).
-    pub fn usage(&self, max_entries: u64) -> io::Result<Usage> {
-        let mut usage = Usage::default();
+    /// Bytes and entries under `/tmp` and `/out`, at any depth. The walk
+    /// stops once it has seen more than `max_entries` entries (then
+    /// `incomplete` says so), so its work is bounded by the limit.
+    pub fn usage(&self, max_entries: u64) -> Usage {
+        let mut walk = Walk::new(max_entries);
         for m in [Mount::Tmp, Mount::Out] {
-            walk(self.dir(m), 0, max_entries, &mut usage)?;
+            if let Err(stop) = walk.mount(self.dir(m)) {
+                walk.usage.incomplete = Some(stop);
+                break;
+            }
         }
-        Ok(usage)
+        walk.usage
     }
 
     /// The regular files directly under `/out`, and a note on what was left
@@ -270,23 +305,204 @@ impl WorkDir {
     }
 }
 
-fn walk(dir: &Dir, depth: usize, max_entries: u64, usage: &mut Usage) -> io::Result<()> {
-    for entry in dir.entries()? {
-        let entry = entry?;
-        usage.entries += 1;
-        if usage.entries >= max_entries {
-            return Ok(());
-        }
-        let ty = entry.file_type()?;
-        if ty.is_dir() {
-            if depth < MAX_DEPTH {
-                walk(&entry.open_dir()?, depth + 1, max_entries, usage)?;
-            }
-        } else if ty.is_file() {
-            usage.bytes = usage.bytes.saturating_add(entry.metadata()?.len());
+/// One directory on the walk's stack.
+struct Frame {
+    /// Its handle, while it has one (see [`MAX_OPEN_DIRS`]).
+    dir: Option<Dir>,
+    /// Its name in its parent.
+    name: OsString,
+    /// Subdirectories still to visit, with their (dev, ino).
+    pending: Vec<(OsString, (u64, u64))>,
+}
+
+/// An iterative walk: an explicit stack, no recursion and no depth limit.
+struct Walk {
+    max_entries: u64,
+    usage: Usage,
+    /// Inodes already charged: directories (a rename during the walk could
+    /// show one twice) and files with more than one name.
+    seen: HashSet<(u64, u64)>,
+    reopen_work: u64,
+}
+
+impl Walk {
+    fn new(max_entries: u64) -> Self {
+        Self {
+            max_entries,
+            usage: Usage::default(),
+            seen: HashSet::new(),
+            reopen_work: 0,
         }
     }
-    Ok(())
+
+    /// Walks everything under `root`.
+    fn mount(&mut self, root: &Dir) -> Result<(), Incomplete> {
+        let mut stack = vec![Frame {
+            dir: None,
+            name: OsString::new(),
+            pending: self.list(root)?,
+        }];
+        let mut open = 0usize;
+        while let Some(top) = stack.last_mut() {
+            let Some((name, id)) = top.pending.pop() else {
+                if stack.pop().is_some_and(|f| f.dir.is_some()) {
+                    open -= 1;
+                }
+                continue;
+            };
+            let depth = stack.len() - 1;
+            let child = {
+                let parent = match self.handle(root, &mut stack, depth) {
+                    Ok(p) => p,
+                    Err(Incomplete::Unreadable(io::ErrorKind::NotFound)) => continue,
+                    Err(e) => return Err(e),
+                };
+                match parent.open_dir(&name) {
+                    Ok(d) => d,
+                    // Removed or replaced since it was listed.
+                    Err(e) if vanished(&e) => continue,
+                    Err(e) => return Err(Incomplete::Unreadable(e.kind())),
+                }
+            };
+            // Only the directory that was listed and charged, not whatever
+            // a rename put under its name since.
+            match child.dir_metadata() {
+                Ok(m) if (m.dev(), m.ino()) == id => {}
+                Ok(_) => continue,
+                Err(e) if vanished(&e) => continue,
+                Err(e) => return Err(Incomplete::Unreadable(e.kind())),
+            }
+            let pending = match self.list(&child) {
+                Ok(p) => p,
+                Err(Incomplete::Unreadable(io::ErrorKind::NotFound)) => continue,
+                Err(e) => return Err(e),
+            };
+            if pending.is_empty() {
+                continue;
+            }
+            // A parent with nothing left to visit needs no handle.
+            if let Some(parent) = stack.last_mut()
+                && parent.pending.is_empty()
+                && parent.dir.take().is_some()
+            {
+                open -= 1;
+            }
+            if open >= MAX_OPEN_DIRS
+                && let Some(oldest) = stack.iter_mut().find(|f| f.dir.is_some())
+            {
+                oldest.dir = None;
+                open -= 1;
+            }
+            stack.push(Frame {
+                dir: Some(child),
+                name,
+                pending,
+            });
+            open += 1;
+        }
+        Ok(())
+    }
+
+    /// The handle of `stack[depth]`, reopened by path from the nearest
+    /// ancestor that has one when it was closed.
+    fn handle<'a>(
+        &mut self,
+        root: &'a Dir,
+        stack: &'a mut [Frame],
+        depth: usize,
+    ) -> Result<&'a Dir, Incomplete> {
+        if depth == 0 {
+            return Ok(root);
+        }
+        if stack[depth].dir.is_none() {
+            let base = (1..depth).rev().find(|&i| stack[i].dir.is_some());
+            let mut names: Vec<&OsString> = Vec::new();
+            for f in &stack[base.map_or(1, |b| b + 1)..=depth] {
+                names.push(&f.name);
+            }
+            self.reopen_work += names.len() as u64;
+            if self.reopen_work > self.max_entries.saturating_mul(REOPEN_WORK_PER_ENTRY) {
+                return Err(Incomplete::TooDeep);
+            }
+            let mut dir: Option<Dir> = None;
+            for chunk in chunks(&names) {
+                let from = match (&dir, base) {
+                    (Some(d), _) => d,
+                    (None, Some(b)) => stack[b].dir.as_ref().unwrap_or(root),
+                    (None, None) => root,
+                };
+                dir = Some(from.open_dir(&chunk).map_err(|e| Incomplete::Unreadable(e.kind()))?);
+            }
+            stack[depth].dir = dir;
+        }
+        Ok(stack[depth].dir.as_ref().unwrap_or(root))
+    }
+
+    /// Charges every entry of `dir`; returns its subdirectories.
+    fn list(&mut self, dir: &Dir) -> Result<Vec<(OsString, (u64, u64))>, Incomplete> {
+        let mut subdirs = Vec::new();
+        let entries = match dir.entries() {
+            Ok(e) => e,
+            Err(e) if vanished(&e) => return Ok(subdirs),
+            Err(e) => return Err(Incomplete::Unreadable(e.kind())),
+        };
+        for entry in entries {
+            let entry = match entry {
+                Ok(e) => e,
+                Err(e) if vanished(&e) => continue,
+                Err(e) => return Err(Incomplete::Unreadable(e.kind())),
+            };
+            self.usage.entries += 1;
+            if self.usage.entries > self.max_entries {
+                return Err(Incomplete::Entries);
+            }
+            // Not following links: a link is charged as itself.
+            let meta = match entry.metadata() {
+                Ok(m) => m,
+                Err(e) if vanished(&e) => continue,
+                Err(e) => return Err(Incomplete::Unreadable(e.kind())),
+            };
+            let id = (meta.dev(), meta.ino());
+            let charged = meta.blocks().saturating_mul(512);
+            if meta.is_dir() {
+                if self.seen.insert(id) {
+                    self.usage.bytes = self.usage.bytes.saturating_add(charged);
+                    subdirs.push((entry.file_name(), id));
+                }
+            } else if meta.nlink() <= 1 || self.seen.insert(id) {
+                self.usage.bytes = self.usage.bytes.saturating_add(charged);
+            }
+        }
+        Ok(subdirs)
+    }
+}
+
+/// Names joined into relative paths of at most [`REOPEN_PATH_BYTES`].
+fn chunks(names: &[&OsString]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut cur = PathBuf::new();
+    let mut len = 0;
+    for n in names {
+        if len > 0 && len + n.len() + 1 > REOPEN_PATH_BYTES {
+            out.push(std::mem::take(&mut cur));
+            len = 0;
+        }
+        cur.push(n);
+        len += n.len() + 1;
+    }
+    if len > 0 {
+        out.push(cur);
+    }
+    out
+}
+
+/// An entry removed (or turned into something else) while it was walked:
+/// scripts change their scratch all the time.
+fn vanished(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+    ) || e.raw_os_error() == Some(libc::ELOOP)
 }
 
 impl Drop for WorkDir {

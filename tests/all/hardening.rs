@@ -277,7 +277,7 @@ async fn a_module_over_the_function_cap_is_refused_before_it_is_compiled() {
 async fn a_compile_longer_than_the_timeout_ends_the_exec_at_its_deadline() {
     let server = TestServer::start().await;
     let sid = session(&server, ALICE).await;
-    let mut req = module_exec(&sid, heavy_module(2_000, 1_000));
+    let mut req = module_exec(&sid, heavy_module(400, 1_000));
     req.limits = timeout(1_000);
     let started = Instant::now();
     let r = run(&server, ALICE, req).await;
@@ -299,7 +299,7 @@ async fn one_tenants_module_compiles_do_not_delay_another_tenants_exec() {
     for i in 0..3 {
         let mut c = server.codemode(MALLORY).await;
         // Different modules (no shared compile), each seconds to compile.
-        let req = module_exec(&theirs, heavy_module(2_000 + i, 1_000));
+        let req = module_exec(&theirs, heavy_module(400 + i, 1_000));
         attacks.push(tokio::spawn(async move { c.exec(req).await }));
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
