@@ -71,7 +71,9 @@ async fn scratch_bytes_are_counted_at_depth_one_forty_and_a_thousand() {
         );
         let r = run(&server, ALICE, exec(&sid, "python", &script)).await;
         assert_eq!(status(&r), ExecStatus::Ok, "depth {depth}: {}", r.message);
-        let bytes = r.usage.unwrap().scratch_bytes;
+        let usage = r.usage.unwrap();
+        let bytes = usage.scratch_bytes;
+        assert_eq!(usage.scratch_entries, depth as u64 + 1, "depth {depth}");
         // 3 MiB of data, plus what the directories themselves take.
         assert!(
             bytes >= 3 * MIB && bytes < 3 * MIB + (depth as u64 + 2) * 8192,
@@ -189,6 +191,13 @@ async fn two_hundred_thousand_socket_calls_grow_the_log_by_a_few_lines() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let grown = std::fs::metadata(&log).unwrap().len() - before;
     assert!(grown < 4096, "the log grew by {grown} bytes");
+    // Counted once, in the result.
+    assert_eq!(r.usage.unwrap().denied_calls, 200_000);
+    assert!(
+        r.message.contains("200 000 socket call(s), each refused"),
+        "{}",
+        r.message
+    );
 }
 
 // ---- module compiles ----------------------------------------------------
@@ -321,6 +330,29 @@ async fn one_tenants_module_compiles_do_not_delay_another_tenants_exec() {
     for a in attacks {
         let _ = a.await.unwrap();
     }
+}
+
+#[tokio::test]
+async fn compile_time_is_reported_and_a_cached_module_is_not_compiled_again_until_evicted() {
+    // Room for about one of the modules below.
+    let server = TestServer::start_with(|c| c.sandbox.module_cache_bytes = 3 << 20).await;
+    let sid = session(&server, ALICE).await;
+    let a = heavy_module(150, 1_000);
+    let b = heavy_module(151, 1_000);
+    let compile_us = |r: &proto::ExecResult| r.usage.unwrap().compile_us;
+    let first = run(&server, ALICE, module_exec(&sid, a.clone())).await;
+    assert_eq!(status(&first), ExecStatus::Ok, "{}", first.message);
+    assert!(compile_us(&first) > 10_000, "{:?}", first.usage);
+    let again = run(&server, ALICE, module_exec(&sid, a.clone())).await;
+    assert_eq!(compile_us(&again), 0, "a cache hit: {:?}", again.usage);
+    // Another tenant's exec of the same module compiles its own.
+    let theirs = session(&server, MALLORY).await;
+    let other = run(&server, MALLORY, module_exec(&theirs, a.clone())).await;
+    assert!(compile_us(&other) > 0, "{:?}", other.usage);
+    // b pushes a (the least recently used) out.
+    run(&server, ALICE, module_exec(&sid, b)).await;
+    let evicted = run(&server, ALICE, module_exec(&sid, a)).await;
+    assert!(compile_us(&evicted) > 0, "{:?}", evicted.usage);
 }
 
 // ---- exec slots per tenant ------------------------------------------------
