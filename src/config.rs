@@ -195,6 +195,19 @@ pub struct Limits {
     /// Uploads in progress at once, server-wide (default 512). One more gets
     /// `RESOURCE_EXHAUSTED`.
     pub max_concurrent_uploads: usize,
+    /// Uploads one tenant may have in progress at once (default 64); one
+    /// more gets `RESOURCE_EXHAUSTED` naming this limit, and other tenants
+    /// keep the rest of `max_concurrent_uploads`.
+    pub max_concurrent_uploads_per_tenant: usize,
+    /// Average bytes per second an upload must keep once
+    /// `upload_rate_grace` has passed (default 1024; 0 turns it off): a
+    /// trickle that is never idle long enough for `upload_idle_timeout`
+    /// still ends.
+    pub upload_min_bytes_per_sec: u64,
+    /// Time an upload may take before `upload_min_bytes_per_sec` applies
+    /// (default 30 s).
+    #[serde(with = "humantime_serde")]
+    pub upload_rate_grace: Duration,
     /// Concurrent streams per HTTP/2 connection (default 256).
     pub max_concurrent_streams: u32,
     /// Largest page a List call returns (default 1000).
@@ -222,6 +235,9 @@ impl Default for Limits {
             read_max_bytes: 4 << 20,
             download_chunk_bytes: 1 << 20,
             max_concurrent_uploads: 512,
+            max_concurrent_uploads_per_tenant: 64,
+            upload_min_bytes_per_sec: 1024,
+            upload_rate_grace: Duration::from_secs(30),
             max_concurrent_streams: 256,
             max_page_size: 1000,
             search_timeout: Duration::from_secs(10),
@@ -441,6 +457,10 @@ impl Config {
             (
                 "limits.max_concurrent_uploads",
                 l.max_concurrent_uploads as u64,
+            ),
+            (
+                "limits.max_concurrent_uploads_per_tenant",
+                l.max_concurrent_uploads_per_tenant as u64,
             ),
             (
                 "limits.max_concurrent_streams",

@@ -148,6 +148,16 @@ impl KeyedSlots {
         let mut slot = self.slot(key);
         slot.key_permit = Some(sem.try_acquire_owned().map_err(|e| match e {
             tokio::sync::TryAcquireError::Closed => Refused::Closed,
+            // A per-key bound no lower than the global one is the global
+            // one, and is named so.
+            tokio::sync::TryAcquireError::NoPermits
+                if self.inner.per_key.limit >= self.inner.global_bound.limit =>
+            {
+                Refused::Global {
+                    limit: self.inner.global_bound.limit,
+                    config_key: self.inner.global_bound.key,
+                }
+            }
             tokio::sync::TryAcquireError::NoPermits => Refused::Key {
                 key: key.to_owned(),
                 limit: self.inner.per_key.limit,
@@ -371,6 +381,16 @@ mod tests {
     }
 
     #[test]
+    fn a_per_key_bound_equal_to_the_global_one_is_reported_as_global() {
+        let s = slots(1, 5);
+        let _a = s.try_acquire("a").unwrap();
+        assert_eq!(
+            s.try_acquire("a").unwrap_err().config_key(),
+            Some("x.global")
+        );
+    }
+
+    #[test]
     fn idle_keys_are_forgotten() {
         let s = slots(8, 2);
         for i in 0..100 {
@@ -425,6 +445,9 @@ mod tests {
             grace: Duration::ZERO,
         });
         assert!(c.deadline().is_none());
-        assert!(c.check_at(Instant::now() + Duration::from_secs(3600)).is_ok());
+        assert!(
+            c.check_at(Instant::now() + Duration::from_secs(3600))
+                .is_ok()
+        );
     }
 }

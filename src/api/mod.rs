@@ -22,7 +22,6 @@ pub mod sessions;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::Semaphore;
 use tonic::Request;
 
 use crate::audit::{NewEvent, action, outcome};
@@ -44,8 +43,8 @@ pub struct AppState {
     pub store: Arc<Store>,
     /// The configuration the server runs with.
     pub config: Arc<Config>,
-    /// Upload slots, server-wide.
-    pub upload_slots: Arc<Semaphore>,
+    /// Upload slots, server-wide and per tenant.
+    pub upload_slots: crate::fairness::KeyedSlots,
     /// Code mode.
     pub sandbox: Arc<Sandbox>,
     /// Wakes the reaper when a hold is lifted.
@@ -67,7 +66,16 @@ impl AppState {
         sandbox: Arc<Sandbox>,
         reaper: crate::reaper::ReaperHandle,
     ) -> Self {
-        let upload_slots = Arc::new(Semaphore::new(config.limits.max_concurrent_uploads));
+        let upload_slots = crate::fairness::KeyedSlots::new(
+            crate::fairness::Bound {
+                limit: config.limits.max_concurrent_uploads,
+                key: "limits.max_concurrent_uploads",
+            },
+            crate::fairness::Bound {
+                limit: config.limits.max_concurrent_uploads_per_tenant,
+                key: "limits.max_concurrent_uploads_per_tenant",
+            },
+        );
         Self {
             store,
             config,

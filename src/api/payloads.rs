@@ -233,12 +233,19 @@ impl Payloads for PayloadsService {
         let p = principal(&req)?;
         self.state.authorize(&p, Rpc::Upload).await?;
         let limits = &self.state.config.limits;
-        let _slot = self.state.upload_slots.clone().try_acquire_owned().map_err(|_| {
-            ApiError::Limit(format!(
-                "limits.max_concurrent_uploads ({}) uploads are already in progress; retry shortly",
-                limits.max_concurrent_uploads
-            ))
-        })?;
+        let _slot = self
+            .state
+            .upload_slots
+            .try_acquire(&p.tenant)
+            .map_err(|r| match r {
+                crate::fairness::Refused::Key { limit, .. } => ApiError::Limit(format!(
+                    "your tenant already has {limit} uploads in progress, its limit (limits.max_concurrent_uploads_per_tenant = {limit}); other tenants are not affected. Finish or cancel one, then retry"
+                )),
+                _ => ApiError::Limit(format!(
+                    "limits.max_concurrent_uploads ({}) uploads are already in progress; retry shortly",
+                    limits.max_concurrent_uploads
+                )),
+            })?;
         let decode_limit = limits.max_request_message_bytes;
         let limits = limits.clone();
         let mut stream = req.into_inner();
@@ -278,9 +285,28 @@ impl Payloads for PayloadsService {
         });
 
         let mut client_error: Option<Status> = None;
+        let mut rate = crate::fairness::RateCheck::start(crate::fairness::RateFloor {
+            min_per_sec: limits.upload_min_bytes_per_sec,
+            grace: limits.upload_rate_grace,
+        });
         loop {
-            let next = match tokio::time::timeout(idle, stream.message()).await {
+            // The next chunk is due by the idle timeout, and by the time
+            // the bytes so far stop covering the minimum rate.
+            let idle_at = tokio::time::Instant::now() + idle;
+            let due = rate.deadline().map_or(idle_at, |d| idle_at.min(d.into()));
+            let next = match tokio::time::timeout_at(due, stream.message()).await {
                 Ok(next) => next,
+                Err(_) if rate.check().is_err() => {
+                    let slow = rate
+                        .check()
+                        .err()
+                        .map(|e| e.to_string())
+                        .unwrap_or_default();
+                    client_error = Some(Status::deadline_exceeded(format!(
+                        "the upload was too slow: {slow} (limits.upload_min_bytes_per_sec, limits.upload_rate_grace); it was abandoned and nothing was stored. Send faster, or upload smaller parts"
+                    )));
+                    break;
+                }
                 Err(_) => {
                     client_error = Some(Status::deadline_exceeded(format!(
                         "no upload chunk arrived for {} s (limits.upload_idle_timeout); the upload was abandoned and nothing was stored. Send chunks continuously, or retry",
@@ -305,6 +331,7 @@ impl Payloads for PayloadsService {
                         );
                         break;
                     }
+                    rate.record(d.len() as u64);
                     if tx.send(UploadMsg::Data(d)).await.is_err() {
                         break; // the writer failed; its error is reported below
                     }

@@ -285,7 +285,10 @@ enum ModuleReady {
     /// It does not compile or link.
     Invalid(String),
     /// The exec's deadline passed first.
-    TimedOut { waited: Duration, compiling: Duration },
+    TimedOut {
+        waited: Duration,
+        compiling: Duration,
+    },
 }
 
 /// The sandbox: engines, images, slots and the exec runtime.
@@ -657,10 +660,7 @@ impl Sandbox {
                 ModuleReady::TimedOut { waited, compiling } => {
                     let work = Arc::new(self.work.create(&self.exec_id(), &spec.inputs, "")?);
                     let outcome = RunOutcome {
-                        ending: Ending::CompileTimedOut {
-                            waited,
-                            compiling,
-                        },
+                        ending: Ending::CompileTimedOut { waited, compiling },
                         stdout: Bytes::new(),
                         stderr: Bytes::new(),
                         wall: Duration::ZERO,
@@ -826,7 +826,11 @@ impl Sandbox {
         } else {
             &spec.module
         };
-        let key: ModuleKey = (spec.tenant.clone(), hex::encode(Sha256::digest(bytes)), fuel);
+        let key: ModuleKey = (
+            spec.tenant.clone(),
+            hex::encode(Sha256::digest(bytes)),
+            fuel,
+        );
         if let Some(prepared) = self.lock_modules().get(&key) {
             return Ok(ModuleReady::Ready {
                 prepared,
@@ -952,7 +956,10 @@ impl Sandbox {
             else {
                 // Nobody got to compile it in time: forget it (waiters see
                 // the channel close).
-                in_flight.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+                in_flight
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&key);
                 return;
             };
             let pool = rayon::ThreadPoolBuilder::new()
@@ -967,13 +974,17 @@ impl Sandbox {
                 let took = started.elapsed();
                 let result = compiled.map(|(prepared, cost)| {
                     let prepared = Arc::new(prepared);
-                    cache
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(key.clone(), prepared.clone(), cost);
+                    cache.lock().unwrap_or_else(|p| p.into_inner()).insert(
+                        key.clone(),
+                        prepared.clone(),
+                        cost,
+                    );
                     prepared
                 });
-                in_flight.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+                in_flight
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&key);
                 let _ = tx.send(Some((result, took)));
             };
             match pool {
@@ -1015,7 +1026,10 @@ fn compile(set: &EngineSet, shape: &Shape) -> Result<(Prepared, u64), String> {
         let len = (r.end as usize).saturating_sub(r.start as usize);
         (Artifact::Module(m), len)
     };
-    let prepared = set.linkers.prepare(&artifact).map_err(|e| format!("{e:#}"))?;
+    let prepared = set
+        .linkers
+        .prepare(&artifact)
+        .map_err(|e| format!("{e:#}"))?;
     Ok((prepared, (image + shape.binary.len()) as u64))
 }
 
@@ -1046,7 +1060,9 @@ impl GuestLog {
         }
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
-        if s.window.is_none_or(|w| now.duration_since(w) >= Duration::from_secs(60)) {
+        if s.window
+            .is_none_or(|w| now.duration_since(w) >= Duration::from_secs(60))
+        {
             s.window = Some(now);
             s.lines = 0;
         }
@@ -1107,4 +1123,3 @@ impl<T> Drop for AbortOnDrop<T> {
 fn wasmtime_version() -> &'static str {
     "48"
 }
-

@@ -7,9 +7,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use wasmtime::component::Linker as ComponentLinker;
-use wasmtime::{
-    Caller, Engine, InstancePre, Linker, ResourceLimiter, Store, Trap, UpdateDeadline,
-};
+use wasmtime::{Caller, Engine, InstancePre, Linker, ResourceLimiter, Store, Trap, UpdateDeadline};
 use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::p2::bindings::CommandPre;
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder, WasiCtxView, WasiView};

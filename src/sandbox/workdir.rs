@@ -431,7 +431,10 @@ impl Walk {
                     (None, Some(b)) => stack[b].dir.as_ref().unwrap_or(root),
                     (None, None) => root,
                 };
-                dir = Some(from.open_dir(&chunk).map_err(|e| Incomplete::Unreadable(e.kind()))?);
+                dir = Some(
+                    from.open_dir(&chunk)
+                        .map_err(|e| Incomplete::Unreadable(e.kind()))?,
+                );
             }
             stack[depth].dir = dir;
         }

@@ -32,9 +32,13 @@ fn timeout(ms: u64) -> Option<proto::ExecLimits> {
 
 async fn session(server: &TestServer, token: &str) -> String {
     let s = create_session(server, token).await;
-    upload(&mut server.payloads(token).await, header(&s.id, "d.json"), b"[1]")
-        .await
-        .unwrap();
+    upload(
+        &mut server.payloads(token).await,
+        header(&s.id, "d.json"),
+        b"[1]",
+    )
+    .await
+    .unwrap();
     s.id
 }
 
@@ -92,11 +96,7 @@ async fn a_flood_forty_directories_deep_is_stopped_at_the_byte_limit() {
     );
     let r = run(&server, ALICE, exec(&sid, "python", &script)).await;
     assert_eq!(status(&r), ExecStatus::OutputLimit, "{r:?}");
-    assert!(
-        r.message.contains("the limit is 32 MiB"),
-        "{}",
-        r.message
-    );
+    assert!(r.message.contains("the limit is 32 MiB"), "{}", r.message);
 }
 
 #[tokio::test]
@@ -275,11 +275,16 @@ async fn a_module_over_the_function_cap_is_refused_before_it_is_compiled() {
         .unwrap_err();
     assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
     assert!(
-        err.message().contains("30000 functions") && err.message().contains("sandbox.max_module_functions"),
+        err.message().contains("30000 functions")
+            && err.message().contains("sandbox.max_module_functions"),
         "{}",
         err.message()
     );
-    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[tokio::test]
@@ -293,7 +298,10 @@ async fn a_compile_longer_than_the_timeout_ends_the_exec_at_its_deadline() {
     let took = started.elapsed();
     assert_eq!(status(&r), ExecStatus::Timeout, "{}", r.message);
     assert!(r.message.contains("compil"), "{}", r.message);
-    assert!(took < Duration::from_millis(2_500), "the exec took {took:?}");
+    assert!(
+        took < Duration::from_millis(2_500),
+        "the exec took {took:?}"
+    );
 }
 
 #[tokio::test]
@@ -319,7 +327,11 @@ async fn one_tenants_module_compiles_do_not_delay_another_tenants_exec() {
             "(module (memory (export \"memory\") 1) (func (export \"_start\")) (func (result i32) i32.const {i}))"
         );
         let started = Instant::now();
-        let r = alice.exec(exec(&mine, "wasm", &wat)).await.unwrap().into_inner();
+        let r = alice
+            .exec(exec(&mine, "wasm", &wat))
+            .await
+            .unwrap()
+            .into_inner();
         worst = worst.max(started.elapsed());
         assert_eq!(status(&r), ExecStatus::Ok, "{}", r.message);
     }
@@ -386,7 +398,9 @@ async fn a_tenant_at_its_exec_bound_is_refused_and_another_tenant_still_runs() {
         .exec(exec(&mine, "wasm", TRIVIAL_WAT))
         .await;
     let took = started.elapsed();
-    let r = r.expect("another tenant's exec is not refused").into_inner();
+    let r = r
+        .expect("another tenant's exec is not refused")
+        .into_inner();
     assert_eq!(status(&r), ExecStatus::Ok, "{}", r.message);
     assert!(took < Duration::from_secs(1), "alice waited {took:?}");
     let mut refused = 0;
@@ -406,4 +420,123 @@ async fn a_tenant_at_its_exec_bound_is_refused_and_another_tenant_still_runs() {
     }
     // Two running and two waiting of mallory's; the other eight refused.
     assert_eq!(refused, 8);
+}
+
+// ---- upload slots per tenant, and slow uploads judged by rate ------------
+
+/// An upload that sends its header and one byte, then holds its stream
+/// open until `tx` is dropped.
+async fn held_upload(
+    server: &TestServer,
+    token: &str,
+    session: &str,
+) -> (
+    tokio::sync::mpsc::Sender<proto::UploadChunk>,
+    tokio::task::JoinHandle<Result<tonic::Response<proto::Payload>, tonic::Status>>,
+) {
+    use proto::upload_chunk::Chunk;
+    let mut client = server.payloads(token).await;
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(proto::UploadChunk {
+        chunk: Some(Chunk::Header(header(session, "held.txt"))),
+    })
+    .await
+    .unwrap();
+    tx.send(proto::UploadChunk {
+        chunk: Some(Chunk::Data(bytes::Bytes::from_static(b"x"))),
+    })
+    .await
+    .unwrap();
+    let task = tokio::spawn(async move {
+        client
+            .upload(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await
+    });
+    (tx, task)
+}
+
+#[tokio::test]
+async fn a_tenant_at_its_upload_bound_is_refused_and_another_tenant_still_uploads() {
+    let server = TestServer::start_with(|c| {
+        c.limits.max_concurrent_uploads = 8;
+        c.limits.max_concurrent_uploads_per_tenant = 2;
+    })
+    .await;
+    let mine = create_session(&server, ALICE).await.id;
+    let theirs = create_session(&server, MALLORY).await.id;
+    let mut held = Vec::new();
+    // Mallory tries to hold every slot of the server.
+    for _ in 0..8 {
+        held.push(held_upload(&server, MALLORY, &theirs).await);
+    }
+    let mut refused = 0;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    for (_, task) in &mut held {
+        if let Ok(Ok(Err(e))) = tokio::time::timeout_at(deadline.into(), task).await {
+            assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+            assert!(
+                e.message()
+                    .contains("limits.max_concurrent_uploads_per_tenant = 2"),
+                "{}",
+                e.message()
+            );
+            refused += 1;
+        }
+    }
+    assert_eq!(
+        refused, 6,
+        "two of mallory's uploads hold slots, six are refused"
+    );
+    let stored = upload(
+        &mut server.payloads(ALICE).await,
+        header(&mine, "a.txt"),
+        b"alice",
+    )
+    .await
+    .expect("another tenant's upload is not refused");
+    assert_eq!(stored.size_bytes, 5);
+    drop(held);
+}
+
+#[tokio::test]
+async fn a_trickling_upload_is_ended_by_its_rate_not_only_by_idleness() {
+    use proto::upload_chunk::Chunk;
+    let server = TestServer::start_with(|c| {
+        c.limits.upload_min_bytes_per_sec = 1000;
+        c.limits.upload_rate_grace = Duration::from_secs(1);
+    })
+    .await;
+    let sid = create_session(&server, ALICE).await.id;
+    let (tx, task) = held_upload(&server, ALICE, &sid).await;
+    let started = Instant::now();
+    // One byte every 100 ms: never idle, far below 1000 bytes/s.
+    let trickle = tokio::spawn(async move {
+        for _ in 0..100 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let chunk = proto::UploadChunk {
+                chunk: Some(Chunk::Data(bytes::Bytes::from_static(b"y"))),
+            };
+            if tx.send(chunk).await.is_err() {
+                return;
+            }
+        }
+    });
+    let err = tokio::time::timeout(Duration::from_secs(8), task)
+        .await
+        .expect("the server ended the upload")
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
+    assert!(
+        err.message().contains("limits.upload_min_bytes_per_sec"),
+        "{}",
+        err.message()
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    trickle.abort();
+    assert!(session_files(&server.data_dir(), &sid).is_empty());
 }
