@@ -1,5 +1,5 @@
 //! The reliability suite: runs the real `spillway` binary on loopback
-//! through six scenarios and reports a table, each scenario PASS, FAIL or
+//! through seven scenarios and reports a table, each scenario PASS, FAIL or
 //! SKIPPED with its figures.
 //!
 //! ```text
@@ -11,7 +11,8 @@
 //! ```
 //!
 //! Scenarios: `load`, `hostile`, `crash`, `disk-full`, `slow-clients`,
-//! `protocol-abuse`. Every loop is bounded by a count or a deadline, and
+//! `protocol-abuse`, `tenants` (one tenant attacks, another must not
+//! notice). Every loop is bounded by a count or a deadline, and
 //! every server listens on 127.0.0.1. The disk-full scenario mounts a
 //! 64 MiB tmpfs (or a loop-mounted ext4 image), so it needs root; without
 //! it, it reports SKIPPED with the reason.
@@ -21,6 +22,7 @@ mod crash;
 mod diskfull;
 mod harness;
 mod load;
+mod tenants;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -37,6 +39,7 @@ const SCENARIOS: &[&str] = &[
     "disk-full",
     "slow-clients",
     "protocol-abuse",
+    "tenants",
 ];
 
 #[derive(Parser)]
@@ -234,6 +237,7 @@ async fn main() -> Result<()> {
             "disk-full" => diskfull::diskfull(&opts).await,
             "slow-clients" => abuse::slow_clients(&opts).await,
             "protocol-abuse" => abuse::protocol_abuse(&opts).await,
+            "tenants" => tenants::tenants(&opts).await,
             _ => unreachable!("checked above"),
         };
         let mut outcome = result.unwrap_or_else(|e| {

@@ -895,7 +895,7 @@ impl Sandbox {
         let memory = shape.compile_memory();
         if memory > limits.memory_bytes {
             return Err(SandboxError::TooLarge {
-                what: "compiling the module would take about",
+                what: "the module's estimated compile memory",
                 size: memory,
                 limit: limits.memory_bytes,
                 unit: "bytes",
@@ -905,7 +905,7 @@ impl Sandbox {
         }
         if memory > c.compile_memory_bytes {
             return Err(SandboxError::TooLarge {
-                what: "compiling the module would take about",
+                what: "the module's estimated compile memory",
                 size: memory,
                 limit: c.compile_memory_bytes,
                 unit: "bytes",

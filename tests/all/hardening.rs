@@ -288,6 +288,33 @@ async fn a_module_over_the_function_cap_is_refused_before_it_is_compiled() {
 }
 
 #[tokio::test]
+async fn a_module_whose_compile_needs_more_than_the_execs_memory_is_refused_before_compiling() {
+    let server = TestServer::start().await;
+    let sid = session(&server, ALICE).await;
+    let module = heavy_module(300, 1_000);
+    assert!(module.len() as u64 * 32 > 64 << 20);
+    let mut req = module_exec(&sid, module);
+    req.limits = Some(proto::ExecLimits {
+        memory_bytes: 64 << 20,
+        ..Default::default()
+    });
+    let started = Instant::now();
+    let err = server.codemode(ALICE).await.exec(req).await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    assert!(
+        err.message().contains("estimated compile memory")
+            && err.message().contains("limits.memory_bytes"),
+        "{}",
+        err.message()
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
 async fn a_compile_longer_than_the_timeout_ends_the_exec_at_its_deadline() {
     let server = TestServer::start().await;
     let sid = session(&server, ALICE).await;
