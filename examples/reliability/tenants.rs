@@ -216,7 +216,7 @@ async fn attack(server: &Server, name: &str, sid: &str, stop: Arc<AtomicBool>) -
             sent.clone(),
         );
         tasks.spawn(async move {
-            let mut p = attacker_client(ch.clone(), |s| proto::payloads_client::PayloadsClient::new(s));
+            let mut p = attacker_client(ch.clone(), proto::payloads_client::PayloadsClient::new);
             let mut x = attacker_client(ch, |s| {
                 proto::code_mode_client::CodeModeClient::new(s)
                     .max_encoding_message_size(64 << 20)
@@ -260,7 +260,7 @@ async fn attack(server: &Server, name: &str, sid: &str, stop: Arc<AtomicBool>) -
                     "huge-compiles" => {
                         // A new module every time (no cache hit), under the
                         // caps; and one far over them.
-                        let module = if i % 2 == 0 {
+                        let module = if i.is_multiple_of(2) {
                             heavy_module(30_000 + w, 40)
                         } else {
                             heavy_module(300 + w + i * 6, 1_000)

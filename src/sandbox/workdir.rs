@@ -305,6 +305,9 @@ impl WorkDir {
     }
 }
 
+/// A subdirectory still to visit: its name and its (dev, ino).
+type Subdir = (OsString, (u64, u64));
+
 /// One directory on the walk's stack.
 struct Frame {
     /// Its handle, while it has one (see [`MAX_OPEN_DIRS`]).
@@ -312,7 +315,7 @@ struct Frame {
     /// Its name in its parent.
     name: OsString,
     /// Subdirectories still to visit, with their (dev, ino).
-    pending: Vec<(OsString, (u64, u64))>,
+    pending: Vec<Subdir>,
 }
 
 /// An iterative walk: an explicit stack, no recursion and no depth limit.
@@ -442,7 +445,7 @@ impl Walk {
     }
 
     /// Charges every entry of `dir`; returns its subdirectories.
-    fn list(&mut self, dir: &Dir) -> Result<Vec<(OsString, (u64, u64))>, Incomplete> {
+    fn list(&mut self, dir: &Dir) -> Result<Vec<Subdir>, Incomplete> {
         let mut subdirs = Vec::new();
         let entries = match dir.entries() {
             Ok(e) => e,
@@ -530,6 +533,60 @@ mod tests {
             dir: dir.clone(),
             file_name: file_name.into(),
         }
+    }
+
+    /// A tree `depth` deep whose every level has a leaf directory holding
+    /// one 4 KiB file beside the way down: the walk must close handles past
+    /// [`MAX_OPEN_DIRS`] and reopen them for the leaves.
+    fn branched(root: &Path, depth: usize) -> u64 {
+        let mut d = root.to_path_buf();
+        let mut entries = 0;
+        for _ in 0..depth {
+            std::fs::create_dir(d.join("leaf")).unwrap();
+            std::fs::write(d.join("leaf").join("f"), [7u8; 4096]).unwrap();
+            d.push("down");
+            std::fs::create_dir(&d).unwrap();
+            entries += 3;
+        }
+        entries
+    }
+
+    #[test]
+    fn the_walk_counts_every_entry_of_a_deep_branched_tree() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = WorkRoot::open(&tmp.path().join("data")).unwrap();
+        let work = root.create("x1", &[], "").unwrap();
+        let tmp_dir = tmp.path().join("data/exec/x1/tmp");
+        let want = branched(&tmp_dir, 3 * MAX_OPEN_DIRS);
+        let u = work.usage(100_000);
+        assert_eq!(u.incomplete, None);
+        assert_eq!(u.entries, want);
+        let files = (3 * MAX_OPEN_DIRS) as u64 * 4096;
+        assert!(u.bytes >= files, "{} < {files}", u.bytes);
+        // One past the limit, the walk stops and says so.
+        let u = work.usage(want - 1);
+        assert_eq!(u.incomplete, Some(Incomplete::Entries));
+    }
+
+    #[test]
+    fn a_hard_linked_file_is_charged_once_and_a_sparse_one_by_its_blocks() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = WorkRoot::open(&tmp.path().join("data")).unwrap();
+        let work = root.create("x1", &[], "").unwrap();
+        let t = tmp.path().join("data/exec/x1/tmp");
+        std::fs::write(t.join("a"), vec![1u8; 1 << 20]).unwrap();
+        for i in 0..10 {
+            std::fs::hard_link(t.join("a"), t.join(format!("l{i}"))).unwrap();
+        }
+        let f = std::fs::File::create(t.join("sparse")).unwrap();
+        f.set_len(1 << 40).unwrap();
+        let u = work.usage(1000);
+        assert_eq!(u.entries, 12);
+        assert!(
+            (1 << 20..(1 << 20) + (64 << 10)).contains(&u.bytes),
+            "{}",
+            u.bytes
+        );
     }
 
     #[test]
