@@ -326,6 +326,8 @@ struct Walk {
     /// show one twice) and files with more than one name.
     seen: HashSet<(u64, u64)>,
     reopen_work: u64,
+    /// Handles held on the stack.
+    open: usize,
 }
 
 impl Walk {
@@ -335,6 +337,7 @@ impl Walk {
             usage: Usage::default(),
             seen: HashSet::new(),
             reopen_work: 0,
+            open: 0,
         }
     }
 
@@ -345,11 +348,11 @@ impl Walk {
             name: OsString::new(),
             pending: self.list(root)?,
         }];
-        let mut open = 0usize;
+        self.open = 0;
         while let Some(top) = stack.last_mut() {
             let Some((name, id)) = top.pending.pop() else {
                 if stack.pop().is_some_and(|f| f.dir.is_some()) {
-                    open -= 1;
+                    self.open = self.open.saturating_sub(1);
                 }
                 continue;
             };
@@ -388,20 +391,20 @@ impl Walk {
                 && parent.pending.is_empty()
                 && parent.dir.take().is_some()
             {
-                open -= 1;
+                self.open = self.open.saturating_sub(1);
             }
-            if open >= MAX_OPEN_DIRS
+            if self.open >= MAX_OPEN_DIRS
                 && let Some(oldest) = stack.iter_mut().find(|f| f.dir.is_some())
             {
                 oldest.dir = None;
-                open -= 1;
+                self.open = self.open.saturating_sub(1);
             }
             stack.push(Frame {
                 dir: Some(child),
                 name,
                 pending,
             });
-            open += 1;
+            self.open += 1;
         }
         Ok(())
     }
@@ -438,6 +441,9 @@ impl Walk {
                     from.open_dir(&chunk)
                         .map_err(|e| Incomplete::Unreadable(e.kind()))?,
                 );
+            }
+            if dir.is_some() {
+                self.open += 1;
             }
             stack[depth].dir = dir;
         }
