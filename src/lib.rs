@@ -33,7 +33,11 @@
 //! - [`audit`]: audit events in a tamper-evident hash chain: canonical
 //!   form, sealing, streaming verification, export lines; and the stored
 //!   log, one chain per tenant, with durable appends and queries.
-//! - [`api`]: the tonic services; the only code that sees prost types.
+//! - [`service`]: one function per operation, taking a principal and domain
+//!   types: access decisions, policy resolution, redaction and auditing
+//!   happen here, once, for every front door.
+//! - [`api`]: the tonic services; the only code that sees prost types. Each
+//!   RPC converts its message and calls one [`service`] operation.
 //! - [`cli`]: the client subcommands of the `spillway` binary.
 //! - [`proto`]: the generated `spillway.v1` types.
 
@@ -54,6 +58,7 @@ pub mod reaper;
 pub mod redact;
 pub mod sandbox;
 pub mod server;
+pub mod service;
 pub mod shutdown;
 pub mod store;
 pub mod telemetry;

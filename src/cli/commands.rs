@@ -426,7 +426,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
 }
 
 async fn context(c: &mut Clients, cmd: ContextCommand, json: bool) -> anyhow::Result<()> {
-    use crate::api::context::{messages_from_proto, messages_to_proto};
+    use crate::api::{messages_from_proto, messages_to_proto};
     use crate::context::adapters::{self, Format};
     let fmt = |f: HistoryFormat| match f {
         HistoryFormat::Openai => Format::OpenAi,
@@ -744,7 +744,7 @@ async fn audit(c: &mut Clients, cmd: AuditCommand, json: bool) -> anyhow::Result
             };
             let mut n = 0u64;
             while let Some(e) = stream.message().await? {
-                let line = crate::api::audit::event_from_proto(e).to_export_line();
+                let line = crate::api::event_from_proto(e).to_export_line();
                 sink.write_all(line.as_bytes())?;
                 sink.write_all(b"\n")?;
                 n += 1;
