@@ -46,17 +46,20 @@ pub mod config;
 pub mod context;
 pub mod error;
 pub mod faults;
+pub mod fsutil;
 pub mod ids;
 pub mod inspect;
 pub mod offload;
 pub mod policy;
 pub mod reaper;
+pub mod receipt;
 pub mod redact;
 pub mod sandbox;
 pub mod server;
 pub mod shutdown;
 pub mod store;
 pub mod telemetry;
+pub mod text;
 pub mod tls;
 
 /// The generated `spillway.v1` messages, services and JSON mappings.

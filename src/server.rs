@@ -18,6 +18,8 @@ use crate::api::{
     context::ContextService, payloads::PayloadsService, policies::PoliciesService,
     sessions::SessionsService,
 };
+use crate::audit::AuditLog;
+use crate::inspect::cache::StructureCache;
 use crate::auth::TokenTable;
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
@@ -133,9 +135,24 @@ pub async fn run_with_clock(
         cache_bytes: config.store.cache_bytes,
     };
     let data_dir = config.data_dir.clone();
-    let (store, report) =
-        tokio::task::spawn_blocking(move || Store::open(&data_dir, settings, clock)).await??;
+    // The store and the audit log share one engine; deletions a crash
+    // interrupted are audited as the store finishes them.
+    let inspect_cache = Arc::new(StructureCache::new());
+    let content_cache = inspect_cache.clone();
+    let (store, audit_log, report) = tokio::task::spawn_blocking(move || {
+        let engine = crate::store::open_engine(&data_dir, &settings)?;
+        let audit_log = AuditLog::new(engine.clone(), clock.clone());
+        let (store, report) =
+            Store::open(engine, &data_dir, settings, clock, content_cache, &mut |r| {
+                audit_log
+                    .append(crate::audit::deletion_finished_after_crash(r))
+                    .map(drop)
+            })?;
+        Ok::<_, crate::store::StoreError>((store, audit_log, report))
+    })
+    .await??;
     let store = Arc::new(store);
+    let audit_log = Arc::new(audit_log);
     tracing::info!(
         engine = store.engine_name(),
         repaired = !report.is_clean(),
@@ -147,15 +164,26 @@ pub async fn run_with_clock(
         let (cfg, dir, ceiling) = (
             config.sandbox.clone(),
             config.data_dir.clone(),
-            config.policy.exec_ceiling,
+            config.policy.exec_ceiling.into(),
         );
         Arc::new(tokio::task::spawn_blocking(move || Sandbox::open(cfg, &dir, ceiling)).await??)
     };
     sandbox.warm_up();
 
-    let (reaper, _reaper_guard) = crate::reaper::spawn(store.clone(), config.reaper.clone());
+    let (reaper, _reaper_guard) = crate::reaper::spawn(
+        store.clone(),
+        audit_log.clone(),
+        config.reaper.clone(),
+    );
     let config = Arc::new(config);
-    let state = AppState::new(store.clone(), config.clone(), sandbox, reaper);
+    let state = AppState::new(
+        store.clone(),
+        audit_log,
+        inspect_cache,
+        config.clone(),
+        sandbox,
+        reaper,
+    );
     let auth = Authenticator::new(Arc::new(tokens));
     let limits = &config.limits;
 

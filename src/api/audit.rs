@@ -143,10 +143,10 @@ impl Audit for AuditService {
         let q = req.into_inner();
         let (filter, used) = filter(&q)?;
         let size = page_size(q.page_size, self.state.config.limits.max_page_size);
-        let store = self.state.store.clone();
+        let audit_log = self.state.audit_log.clone();
         let tenant = p.tenant.clone();
         let page =
-            blocking(move || store.audit().query(&tenant, &filter, &q.page_token, size)).await?;
+            blocking(move || audit_log.query(&tenant, &filter, &q.page_token, size)).await?;
         let filters = if used.is_empty() {
             "none".to_owned()
         } else {
@@ -172,9 +172,9 @@ impl Audit for AuditService {
     ) -> Result<Response<proto::VerifyAuditResponse>, Status> {
         let p = principal(&req)?;
         self.state.authorize(&p, Rpc::VerifyAudit).await?;
-        let store = self.state.store.clone();
+        let audit_log = self.state.audit_log.clone();
         let tenant = p.tenant.clone();
-        let v = blocking(move || store.audit().verify(&tenant)).await?;
+        let v = blocking(move || audit_log.verify(&tenant)).await?;
         let o = v.outcome;
         let detail = if o.ok {
             format!(
@@ -305,17 +305,17 @@ impl Audit for AuditService {
                 NewEvent::new(action::AUDIT_QUERY).detail("export".to_owned()),
             )
             .await?;
-        let store = self.state.store.clone();
+        let audit_log = self.state.audit_log.clone();
         let tenant = p.tenant.clone();
-        let (upto, _) = blocking(move || store.audit().head(&tenant)).await?;
+        let (upto, _) = blocking(move || audit_log.head(&tenant)).await?;
         let (tx, rx) = mpsc::channel(EXPORT_QUEUE);
-        let store = self.state.store.clone();
+        let audit_log = self.state.audit_log.clone();
         let tenant = p.tenant.clone();
         tokio::task::spawn_blocking(move || {
             let mut from = 1;
             while from <= upto {
                 let (events, next) =
-                    match store.audit().export_page(&tenant, from, upto, EXPORT_BATCH) {
+                    match audit_log.export_page(&tenant, from, upto, EXPORT_BATCH) {
                         Ok(page) => page,
                         Err(e) => {
                             let _ = tx.blocking_send(Err(ApiError::from(e).into()));

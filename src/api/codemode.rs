@@ -102,7 +102,7 @@ impl CodeMode for CodeModeService {
                 fuel: l.fuel,
             },
         );
-        let ceiling = policy.exec_ceiling;
+        let ceiling = ExecLimits::from(policy.exec_ceiling);
         let resolved = limits::resolve(requested, defaults, ceiling);
         let input_ids: Vec<PayloadId> = inputs.iter().map(|(p, _)| p.id.clone()).collect();
         let spec = ExecSpec {

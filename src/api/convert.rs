@@ -4,12 +4,9 @@ use pbjson_types::{Duration, Timestamp};
 
 use crate::clock::{self, Millis};
 use crate::error::ApiError;
-use crate::policy::Policy;
+use crate::policy::{ExecCeiling, Policy, PolicyOverrides};
 use crate::proto;
-use crate::sandbox::limits::ExecLimits;
-use crate::store::records::{
-    PayloadRecord, PolicyOverrides, ReceiptRecord, SessionRecord, SessionState,
-};
+use crate::store::records::{PayloadRecord, ReceiptRecord, SessionRecord, SessionState};
 
 pub fn timestamp(ms: Millis) -> Timestamp {
     Timestamp {
@@ -37,7 +34,7 @@ pub fn policy(p: &Policy) -> proto::Policy {
         allow_download: Some(p.allow_download),
         allow_exec: Some(p.allow_exec),
         compliance_can_read: Some(p.compliance_can_read),
-        exec_ceiling: Some(exec_limits(&p.exec_ceiling)),
+        exec_ceiling: Some(exec_limits(&p.exec_ceiling.into())),
         redact: p.redact.clone(),
         locked: p.locked,
     }
@@ -57,7 +54,7 @@ pub fn policy_level(l: &PolicyOverrides) -> proto::Policy {
         allow_download: l.allow_download,
         allow_exec: l.allow_exec,
         compliance_can_read: l.compliance_can_read,
-        exec_ceiling: l.exec_ceiling.as_ref().map(exec_limits),
+        exec_ceiling: l.exec_ceiling.map(|c| exec_limits(&c.into())),
         redact: l.redact.clone(),
         locked: l.locked,
     }
@@ -82,13 +79,13 @@ pub fn policy_level_from(p: &proto::Policy) -> Result<PolicyOverrides, ApiError>
     let exec_ceiling = p
         .exec_ceiling
         .as_ref()
-        .map(|l| ExecLimits {
+        .map(|l| ExecCeiling {
             timeout_ms: l.timeout_ms,
             memory_bytes: l.memory_bytes,
             max_stdout_bytes: l.max_stdout_bytes,
             fuel: l.fuel,
         })
-        .filter(|l| *l != ExecLimits::ZERO);
+        .filter(|l| *l != ExecCeiling::ZERO);
     Ok(PolicyOverrides {
         retention_ms: ms("policy.retention", &p.retention)?,
         session_ttl_ms: ms("policy.session_ttl", &p.session_ttl)?,

@@ -25,16 +25,18 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::Semaphore;
 use tonic::Request;
 
-use crate::audit::{NewEvent, action, outcome};
+use crate::audit::{AuditLog, NewEvent, action, outcome};
 use crate::auth::access::{self, Access, Relation, Rpc, SessionOwnership, Target};
 use crate::auth::{AuthError, Principal, TokenTable};
 use crate::config::Config;
 use crate::error::{ApiError, ApiResult};
 use crate::ids::SessionId;
+use crate::inspect::cache::StructureCache;
 use crate::policy::{self, Policy, PolicyError};
 use crate::redact::{RedactCounts, Redactor};
 use crate::sandbox::Sandbox;
-use crate::store::records::{PayloadRecord, PolicyOverrides, SessionRecord};
+use crate::policy::PolicyOverrides;
+use crate::store::records::{PayloadRecord, SessionRecord};
 use crate::store::{Store, StoreError};
 
 /// What every service shares.
@@ -42,6 +44,10 @@ use crate::store::{Store, StoreError};
 pub struct AppState {
     /// The store.
     pub store: Arc<Store>,
+    /// The audit log, over the store's engine.
+    pub audit_log: Arc<AuditLog>,
+    /// Inspect results by content hash.
+    pub inspect_cache: Arc<StructureCache>,
     /// The configuration the server runs with.
     pub config: Arc<Config>,
     /// Upload slots, server-wide.
@@ -63,6 +69,8 @@ impl AppState {
     /// Builds the state.
     pub fn new(
         store: Arc<Store>,
+        audit_log: Arc<AuditLog>,
+        inspect_cache: Arc<StructureCache>,
         config: Arc<Config>,
         sandbox: Arc<Sandbox>,
         reaper: crate::reaper::ReaperHandle,
@@ -70,6 +78,8 @@ impl AppState {
         let upload_slots = Arc::new(Semaphore::new(config.limits.max_concurrent_uploads));
         Self {
             store,
+            audit_log,
+            inspect_cache,
             config,
             upload_slots,
             sandbox,
@@ -150,8 +160,8 @@ impl AppState {
             .into_iter()
             .map(|e| e.by(&principal.id, &principal.tenant))
             .collect();
-        let store = self.store.clone();
-        blocking(move || store.audit().append_all(events))
+        let audit_log = self.audit_log.clone();
+        blocking(move || audit_log.append_all(events))
             .await
             .map(drop)
     }
@@ -311,7 +321,7 @@ impl AppState {
 
     /// The server default policy.
     pub fn server_policy(&self) -> Policy {
-        Policy::server_default(&self.config)
+        Policy::server_default(&self.config.policy)
     }
 
     /// A tenant's policy as set (empty when none was).

@@ -386,8 +386,18 @@ impl Payloads for PayloadsService {
             .payload_for(&p, Rpc::Inspect, &req.get_ref().payload_id)
             .await?;
         let store = self.state.store.clone();
+        let cache = self.state.inspect_cache.clone();
         let record = payload.clone();
-        let structure = blocking(move || store.inspect(&record)).await?;
+        let structure = blocking(move || {
+            let content = crate::inspect::cache::Content {
+                sha256: &record.sha256,
+                content_type: &record.content_type,
+                size: record.size,
+                line_count: record.line_count,
+            };
+            cache.get_or_infer(content, || store.open_payload(&record))
+        })
+        .await?;
         tracing::info!(payload_id = %payload.id, detected = %structure.detected_type, "inspected");
         self.state
             .audit(

@@ -13,7 +13,8 @@ use crate::ids::SessionId;
 use crate::policy;
 use crate::proto::{self, sessions_server::Sessions};
 use crate::store::NewSession;
-use crate::store::records::{PolicyOverrides, SessionState};
+use crate::policy::PolicyOverrides;
+use crate::store::records::SessionState;
 
 /// Longest label, label key or value, and principal ID accepted.
 const MAX_LABEL: usize = 256;

@@ -16,10 +16,11 @@
 
 use std::time::Duration;
 
-use crate::config::Config;
 use crate::redact::{self, Redactor};
-use crate::sandbox::limits::ExecLimits;
-use crate::store::records::PolicyOverrides;
+
+mod levels;
+
+pub use levels::{ExecCeiling, PolicyDefaults, PolicyOverrides};
 
 /// The longest retention or TTL a policy may name (100 years).
 const MAX_DURATION_MS: u64 = 100 * 365 * 24 * 3600 * 1000;
@@ -73,7 +74,7 @@ pub struct Policy {
     /// Whether compliance principals may read content.
     pub compliance_can_read: bool,
     /// The most any exec may ask for.
-    pub exec_ceiling: ExecLimits,
+    pub exec_ceiling: ExecCeiling,
     /// Redaction rules.
     pub redact: Vec<String>,
     /// Whether the tenant policy is locked.
@@ -82,8 +83,7 @@ pub struct Policy {
 
 impl Policy {
     /// The server default, from the `[policy]` section.
-    pub fn server_default(config: &Config) -> Policy {
-        let d = &config.policy;
+    pub fn server_default(d: &PolicyDefaults) -> Policy {
         Policy {
             retention: d.retention,
             session_ttl: d.session_ttl,
@@ -474,8 +474,8 @@ impl Fields {
     /// The exec ceiling, field by field; zero is "no ceiling".
     fn ceiling(
         &self,
-        current: Option<ExecLimits>,
-        asked: Option<ExecLimits>,
+        current: Option<ExecCeiling>,
+        asked: Option<ExecCeiling>,
         absent_loosens: bool,
     ) -> Result<(), PolicyError> {
         let Some(c) = current else {
@@ -528,7 +528,7 @@ mod tests {
     const DAY: u64 = 24 * 3600 * 1000;
 
     fn server() -> Policy {
-        Policy::server_default(&Config::default())
+        Policy::server_default(&PolicyDefaults::default())
     }
 
     #[test]
@@ -541,7 +541,7 @@ mod tests {
             (0, 0, 0)
         );
         assert!(!p.delete_on_close && p.allow_download && p.allow_exec && !p.compliance_can_read);
-        assert_eq!(p.exec_ceiling, ExecLimits::CEILING);
+        assert_eq!(p.exec_ceiling, ExecCeiling::CEILING);
         assert!(p.redact.is_empty() && !p.locked);
     }
 
@@ -553,7 +553,7 @@ mod tests {
             max_session_bytes: Some(1000),
             max_payloads: Some(10),
             allow_download: Some(false),
-            exec_ceiling: Some(ExecLimits {
+            exec_ceiling: Some(ExecCeiling {
                 timeout_ms: 1000,
                 memory_bytes: 0,
                 max_stdout_bytes: 0,
@@ -572,7 +572,7 @@ mod tests {
             allow_download: Some(true),
             allow_exec: Some(false),
             delete_on_close: Some(true),
-            exec_ceiling: Some(ExecLimits {
+            exec_ceiling: Some(ExecCeiling {
                 timeout_ms: 5000,
                 memory_bytes: 1 << 20,
                 max_stdout_bytes: 0,
@@ -606,7 +606,7 @@ mod tests {
         assert_eq!(e.exec_ceiling.memory_bytes, 1 << 20);
         assert_eq!(
             e.exec_ceiling.max_stdout_bytes,
-            ExecLimits::CEILING.max_stdout_bytes
+            ExecCeiling::CEILING.max_stdout_bytes
         );
         assert_eq!(
             e.redact,
@@ -690,10 +690,10 @@ mod tests {
         let err = check_overrides(&e, &more).unwrap_err().to_string();
         assert!(err.starts_with("policy.max_payloads: 11"), "{err}");
         let stdout = PolicyOverrides {
-            exec_ceiling: Some(ExecLimits {
+            exec_ceiling: Some(ExecCeiling {
                 timeout_ms: 0,
                 memory_bytes: 0,
-                max_stdout_bytes: ExecLimits::CEILING.max_stdout_bytes + 1,
+                max_stdout_bytes: ExecCeiling::CEILING.max_stdout_bytes + 1,
                 fuel: 0,
             }),
             ..Default::default()

@@ -10,7 +10,6 @@ use super::engine::Tree;
 use super::records::{self, DeletionIntent, LegalHold, removed};
 use super::*;
 use crate::clock::ManualClock;
-use crate::config::EngineKind;
 
 const HOUR: Duration = Duration::from_secs(3600);
 
@@ -22,9 +21,26 @@ fn open(dir: &Path, engine: EngineKind, clock: &ManualClock) -> Store {
         session_ttl: 48 * HOUR,
         cache_bytes: engine::DEFAULT_CACHE_BYTES,
     };
-    Store::open(dir, settings, Arc::new(clock.clone()))
-        .unwrap()
-        .0
+    open_reporting(dir, settings, clock, &mut |_| Ok(())).0
+}
+
+/// Opens over a fresh engine, handing finished deletions to `finished`.
+fn open_reporting(
+    dir: &Path,
+    settings: StoreSettings,
+    clock: &ManualClock,
+    finished: &mut dyn FnMut(&ReceiptRecord) -> Result<()>,
+) -> (Store, ReconcileReport) {
+    let engine = open_engine(dir, &settings).unwrap();
+    Store::open(
+        engine,
+        dir,
+        settings,
+        Arc::new(clock.clone()),
+        Arc::new(NoContentCache),
+        finished,
+    )
+    .unwrap()
 }
 
 fn each_engine(test: impl Fn(EngineKind)) {
@@ -163,7 +179,7 @@ fn deleting_a_payload_takes_what_derives_from_it_and_the_receipt_lists_everythin
         let blobs = kinds(&r, removed::CONTENT_BLOB);
         assert_eq!(blobs.len(), 3);
         assert!(!blobs.contains(&parent.sha256));
-        assert!(store.verify_receipt(&signing::Signed::from(&r), &r.signature));
+        assert!(store.verify_receipt(&crate::receipt::Signed::from(&r), &r.signature));
 
         for gone in [&parent, &output, &grandchild, &archive] {
             assert!(matches!(
@@ -354,6 +370,29 @@ fn a_deletion_interrupted_after_its_intent_is_finished_at_the_next_open() {
                     &records::encode(&intent),
                 )
                 .unwrap();
+            let receipt = ReceiptRecord {
+                id: intent.receipt_id.clone(),
+                target_id: gone.id.to_string(),
+                reason: String::new(),
+                requested_by: "alice".into(),
+                tenant: "acme".into(),
+                owner: "alice".into(),
+                share_with: vec![],
+                deleted_ms: 0,
+                deleted_payload_ids: vec![gone.id.clone()],
+                bytes_deleted: gone.size,
+                content_sha256: vec![gone.sha256.clone()],
+                removed: vec![],
+                signature: String::new(),
+            };
+            store
+                .engine
+                .put(
+                    Tree::Receipts,
+                    receipt.id.as_str().as_bytes(),
+                    &records::encode(&receipt),
+                )
+                .unwrap();
             (s, gone, kept)
         };
         let settings = StoreSettings {
@@ -363,8 +402,17 @@ fn a_deletion_interrupted_after_its_intent_is_finished_at_the_next_open() {
             session_ttl: 48 * HOUR,
             cache_bytes: engine::DEFAULT_CACHE_BYTES,
         };
-        let (store, report) = Store::open(dir.path(), settings, Arc::new(clock)).unwrap();
+        let mut reported = Vec::new();
+        let (store, report) = open_reporting(dir.path(), settings, &clock, &mut |r| {
+            reported.push(r.target_id.clone());
+            Ok(())
+        });
         assert_eq!(report.deletions_finished, 1);
+        assert_eq!(
+            reported,
+            vec![gone.id.to_string()],
+            "the finished deletion is handed back to be audited"
+        );
         assert!(
             report.missing_payloads.is_empty(),
             "finished before reconciling"
