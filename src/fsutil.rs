@@ -19,7 +19,6 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -27,8 +27,7 @@ use tokio::sync::Notify;
 
 use crate::audit::{AuditLog, NewEvent, deletion_event};
 use crate::store::Store;
-use crate::store::expiry::{REAPER, ReapStep};
-use crate::store::records::ReceiptRecord;
+use crate::store::{REAPER, ReapStep, ReceiptRecord};
 
 /// `[reaper]` configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -19,7 +19,6 @@ use sha2::Sha256;
 
 use crate::clock::Millis;
 
-
 /// One thing a deletion removed, as its receipt lists it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(default)]

@@ -19,11 +19,11 @@ use crate::api::{
     sessions::SessionsService,
 };
 use crate::audit::AuditLog;
-use crate::inspect::cache::StructureCache;
 use crate::auth::TokenTable;
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::error::map_decode_status;
+use crate::inspect::cache::StructureCache;
 use crate::proto::{
     audit_server::AuditServer, code_mode_server::CodeModeServer, context_server::ContextServer,
     payloads_server::PayloadsServer, policies_server::PoliciesServer,
@@ -86,6 +86,7 @@ pub fn bound_malloc_arenas() {
         let arenas = libc::c_int::try_from(2 * cores).unwrap_or(libc::c_int::MAX);
         // SAFETY: mallopt only sets a glibc tunable; it is called before
         // the runtime starts any thread.
+        #[allow(unsafe_code)]
         unsafe {
             libc::mallopt(libc::M_ARENA_MAX, arenas);
         }
@@ -142,12 +143,18 @@ pub async fn run_with_clock(
     let (store, audit_log, report) = tokio::task::spawn_blocking(move || {
         let engine = crate::store::open_engine(&data_dir, &settings)?;
         let audit_log = AuditLog::new(engine.clone(), clock.clone());
-        let (store, report) =
-            Store::open(engine, &data_dir, settings, clock, content_cache, &mut |r| {
+        let (store, report) = Store::open(
+            engine,
+            &data_dir,
+            settings,
+            clock,
+            content_cache,
+            &mut |r| {
                 audit_log
                     .append(crate::audit::deletion_finished_after_crash(r))
                     .map(drop)
-            })?;
+            },
+        )?;
         Ok::<_, crate::store::StoreError>((store, audit_log, report))
     })
     .await??;
@@ -170,11 +177,8 @@ pub async fn run_with_clock(
     };
     sandbox.warm_up();
 
-    let (reaper, _reaper_guard) = crate::reaper::spawn(
-        store.clone(),
-        audit_log.clone(),
-        config.reaper.clone(),
-    );
+    let (reaper, _reaper_guard) =
+        crate::reaper::spawn(store.clone(), audit_log.clone(), config.reaper.clone());
     let config = Arc::new(config);
     let state = AppState::new(
         store.clone(),

@@ -145,8 +145,7 @@ impl Audit for AuditService {
         let size = page_size(q.page_size, self.state.config.limits.max_page_size);
         let audit_log = self.state.audit_log.clone();
         let tenant = p.tenant.clone();
-        let page =
-            blocking(move || audit_log.query(&tenant, &filter, &q.page_token, size)).await?;
+        let page = blocking(move || audit_log.query(&tenant, &filter, &q.page_token, size)).await?;
         let filters = if used.is_empty() {
             "none".to_owned()
         } else {
@@ -314,14 +313,14 @@ impl Audit for AuditService {
         tokio::task::spawn_blocking(move || {
             let mut from = 1;
             while from <= upto {
-                let (events, next) =
-                    match audit_log.export_page(&tenant, from, upto, EXPORT_BATCH) {
-                        Ok(page) => page,
-                        Err(e) => {
-                            let _ = tx.blocking_send(Err(ApiError::from(e).into()));
-                            return;
-                        }
-                    };
+                let (events, next) = match audit_log.export_page(&tenant, from, upto, EXPORT_BATCH)
+                {
+                    Ok(page) => page,
+                    Err(e) => {
+                        let _ = tx.blocking_send(Err(ApiError::from(e).into()));
+                        return;
+                    }
+                };
                 for e in events {
                     if tx.blocking_send(Ok(event_to_proto(e))).is_err() {
                         return; // the client went away

@@ -15,7 +15,7 @@ use crate::error::ApiError;
 use crate::ids::PayloadId;
 use crate::proto::{self, block, context_server::Context};
 use crate::redact::{RedactCounts, Redactor};
-use crate::store::read::ReadSpec;
+use crate::store::ReadSpec;
 use crate::store::records::SessionRecord;
 use crate::store::{Quota, Store, StoreError, UploadMeta};
 

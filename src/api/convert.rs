@@ -8,6 +8,7 @@ use crate::policy::{ExecCeiling, Policy, PolicyOverrides};
 use crate::proto;
 use crate::store::records::{PayloadRecord, ReceiptRecord, SessionRecord, SessionState};
 
+/// Milliseconds since the epoch as a protobuf timestamp.
 pub fn timestamp(ms: Millis) -> Timestamp {
     Timestamp {
         seconds: ms.div_euclid(1000),
@@ -153,6 +154,7 @@ pub fn session(s: &SessionRecord, effective: &Policy) -> proto::Session {
     }
 }
 
+/// A payload record as a message.
 pub fn payload(p: &PayloadRecord) -> proto::Payload {
     proto::Payload {
         id: p.id.to_string(),
@@ -179,6 +181,7 @@ pub fn redaction_map(c: &crate::redact::RedactCounts) -> std::collections::HashM
     c.by_rule.iter().map(|(k, v)| (k.clone(), *v)).collect()
 }
 
+/// A deletion receipt as a message.
 pub fn receipt(r: &ReceiptRecord) -> proto::DeletionReceipt {
     proto::DeletionReceipt {
         id: r.id.to_string(),
@@ -209,6 +212,7 @@ pub fn receipt(r: &ReceiptRecord) -> proto::DeletionReceipt {
     }
 }
 
+/// An inferred structure as the Inspect reply.
 pub fn structure(payload_id: &str, s: &crate::inspect::structure::Structure) -> proto::Structure {
     proto::Structure {
         payload_id: payload_id.to_owned(),

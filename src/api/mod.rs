@@ -32,10 +32,10 @@ use crate::config::Config;
 use crate::error::{ApiError, ApiResult};
 use crate::ids::SessionId;
 use crate::inspect::cache::StructureCache;
+use crate::policy::PolicyOverrides;
 use crate::policy::{self, Policy, PolicyError};
 use crate::redact::{RedactCounts, Redactor};
 use crate::sandbox::Sandbox;
-use crate::policy::PolicyOverrides;
 use crate::store::records::{PayloadRecord, SessionRecord};
 use crate::store::{Store, StoreError};
 

@@ -12,7 +12,7 @@ use crate::audit::{NewEvent, action};
 use crate::auth::access::{Access, Rpc, Source};
 use crate::error::{ApiError, map_decode_status};
 use crate::proto::{self, payloads_server::Payloads, upload_chunk::Chunk};
-use crate::store::read::ReadSpec;
+use crate::store::ReadSpec;
 use crate::store::{StoreError, UploadMeta};
 
 /// Most payloads one Search may name.

@@ -11,9 +11,9 @@ use crate::auth::access::{self, Rpc};
 use crate::error::ApiError;
 use crate::ids::SessionId;
 use crate::policy;
+use crate::policy::PolicyOverrides;
 use crate::proto::{self, sessions_server::Sessions};
 use crate::store::NewSession;
-use crate::policy::PolicyOverrides;
 use crate::store::records::SessionState;
 
 /// Longest label, label key or value, and principal ID accepted.

@@ -1,169 +1,175 @@
-//! The policy's data: one level as stored ([`PolicyOverrides`]), the
-//! `[policy]` config section ([`PolicyDefaults`]) and the exec ceiling a
-//! policy carries ([`ExecCeiling`]). Stored records and config files hold
-//! these, so their serialized forms stay as they are.
+//! The policy's data, from ONE field list (the `policy_fields!` macro below): a complete
+//! policy ([`Policy`]), one level as stored ([`PolicyOverrides`], every
+//! field optional), the `[policy]` config section ([`PolicyDefaults`]),
+//! their merge (strictest wins), validation, tighten-only checks and a
+//! field-name table.
+//!
+//! Adding a policy field is one line in the list (its name, its stored
+//! name, its [`super::kinds`] kind, its config serde attributes and its
+//! default), plus its proto field and conversion. Stored records and config
+//! files keep their serialized forms: the stored names (`retention_ms`),
+//! the config names (`retention`, humantime) and the field order are those
+//! of the structs written out by hand before.
 
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// The most an exec may ask for, as a policy level stores it; a zero field
-/// sets no ceiling at that level. The sandbox has its own runtime type
-/// ([`crate::sandbox::limits::ExecLimits`]); [`From`] converts, in one place.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ExecCeiling {
-    /// Wall-clock time, in milliseconds.
-    pub timeout_ms: u64,
-    /// Linear memory, summed over the guest's memories.
-    pub memory_bytes: u64,
-    /// Bytes of stdout kept.
-    pub max_stdout_bytes: u64,
-    /// Fuel units (instructions, roughly); zero means no fuel metering.
-    pub fuel: u64,
-}
+use super::PolicyError;
+use super::ceiling::ExecCeiling;
+use super::kinds::{Age, Ceiling, Check, Flag, Kind, Mode, Quota, Rules};
 
-impl Default for ExecCeiling {
-    /// The sandbox's request defaults: what a field missing from a stored
-    /// or configured ceiling has always decoded as.
-    fn default() -> Self {
-        Self {
-            timeout_ms: 30_000,
-            memory_bytes: 512 << 20,
-            max_stdout_bytes: 1 << 20,
-            fuel: 0,
+/// Generates everything per policy field from the list below; each entry is
+/// `docs name / stored_name: Kind [config serde attributes] = default;`.
+macro_rules! policy_fields {
+    ($(
+        $(#[doc = $doc:expr])*
+        $name:ident / $stored:ident : $kind:ty [$($cfg:meta),*] = $default:expr;
+    )*) => {
+        /// A complete policy: the server default, or a session's effective
+        /// policy.
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        pub struct Policy {
+            $(
+                $(#[doc = $doc])*
+                pub $name: <$kind as Kind>::Value,
+            )*
+            /// Whether the tenant policy is locked.
+            pub locked: bool,
         }
-    }
-}
 
-impl ExecCeiling {
-    /// The default tenant ceiling of the contract: 5 min, 4 GiB, 64 MiB.
-    pub const CEILING: ExecCeiling = ExecCeiling {
-        timeout_ms: 300_000,
-        memory_bytes: 4 << 30,
-        max_stdout_bytes: 64 << 20,
-        fuel: 1_000_000_000_000_000,
-    };
+        /// One level of policy: a tenant's policy as set, or a session's
+        /// overrides as asked for at creation. Absent values (and zero
+        /// quotas or exec-ceiling fields) defer to the other levels;
+        /// [`super::effective`] merges the levels into the effective policy.
+        #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+        #[serde(default)]
+        pub struct PolicyOverrides {
+            $(
+                $(#[doc = $doc])*
+                pub $stored: <$kind as Kind>::Level,
+            )*
+            /// A locked tenant policy can only be tightened (tenant level
+            /// only).
+            pub locked: bool,
+        }
 
-    /// Every field zero: no ceiling of its own at this level.
-    pub const ZERO: ExecCeiling = ExecCeiling {
-        timeout_ms: 0,
-        memory_bytes: 0,
-        max_stdout_bytes: 0,
-        fuel: 0,
-    };
+        /// The `[policy]` section: the server default policy.
+        #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+        #[serde(deny_unknown_fields, default)]
+        pub struct PolicyDefaults {
+            $(
+                $(#[doc = $doc])*
+                $(#[$cfg])*
+                pub $name: <$kind as Kind>::Value,
+            )*
+        }
 
-    /// The field-wise minimum (the stricter of two ceilings). A zero field
-    /// means "no ceiling of its own".
-    pub fn stricter(self, other: ExecCeiling) -> ExecCeiling {
-        fn min(a: u64, b: u64) -> u64 {
-            match (a, b) {
-                (0, b) => b,
-                (a, 0) => a,
-                (a, b) => a.min(b),
+        impl Default for PolicyDefaults {
+            fn default() -> Self {
+                Self {
+                    $($name: $default,)*
+                }
             }
         }
-        ExecCeiling {
-            timeout_ms: min(self.timeout_ms, other.timeout_ms),
-            memory_bytes: min(self.memory_bytes, other.memory_bytes),
-            max_stdout_bytes: min(self.max_stdout_bytes, other.max_stdout_bytes),
-            fuel: min(self.fuel, other.fuel),
+
+        /// The policy fields by name, in the order checks report them
+        /// (`locked` last).
+        pub const FIELDS: &[&str] = &[$(stringify!($name),)* "locked"];
+
+        impl Policy {
+            /// The server default, from the `[policy]` section.
+            pub fn server_default(d: &PolicyDefaults) -> Policy {
+                Policy {
+                    $($name: d.$name.clone(),)*
+                    locked: false,
+                }
+            }
+
+            /// This policy made stricter by one level.
+            pub fn tightened_by(mut self, level: &PolicyOverrides) -> Policy {
+                $(self.$name = <$kind as Kind>::tighten(self.$name, &level.$stored);)*
+                self
+            }
         }
-    }
-}
 
-impl From<ExecCeiling> for crate::sandbox::limits::ExecLimits {
-    fn from(c: ExecCeiling) -> Self {
-        Self {
-            timeout_ms: c.timeout_ms,
-            memory_bytes: c.memory_bytes,
-            max_stdout_bytes: c.max_stdout_bytes,
-            fuel: c.fuel,
+        /// Two levels combined into one that is as strict as both: how a
+        /// sub-agent session's overrides add to the parent's it inherits.
+        pub fn combine(a: &PolicyOverrides, b: &PolicyOverrides) -> PolicyOverrides {
+            PolicyOverrides {
+                $($stored: <$kind as Kind>::combine(&a.$stored, &b.$stored),)*
+                locked: a.locked || b.locked,
+            }
         }
-    }
+
+        /// Checks each field of one level on its own, in list order.
+        pub(super) fn validate_fields(level: &PolicyOverrides) -> Result<(), PolicyError> {
+            $(<$kind as Kind>::validate(concat!("policy.", stringify!($name)), &level.$stored)?;)*
+            Ok(())
+        }
+
+        /// Refuses session overrides that would loosen `effective`, naming
+        /// the first such field.
+        pub(super) fn check_against_policy(
+            check: &Check,
+            effective: &Policy,
+            o: &PolicyOverrides,
+        ) -> Result<(), PolicyError> {
+            debug_assert_eq!(check.mode, Mode::Overrides);
+            $(<$kind as Kind>::check(
+                check,
+                concat!("policy.", stringify!($name)),
+                <$kind as Kind>::current_of_value(&effective.$name),
+                &o.$stored,
+            )?;)*
+            Ok(())
+        }
+
+        /// Refuses a level that would loosen the level `old`, naming the
+        /// first such field (`locked` is the caller's).
+        pub(super) fn check_against_level(
+            check: &Check,
+            old: &PolicyOverrides,
+            new: &PolicyOverrides,
+        ) -> Result<(), PolicyError> {
+            $(<$kind as Kind>::check(
+                check,
+                concat!("policy.", stringify!($name)),
+                <$kind as Kind>::current_of_level(&old.$stored),
+                &new.$stored,
+            )?;)*
+            Ok(())
+        }
+    };
 }
 
-/// One level of policy: a tenant's policy as set, or a session's overrides
-/// as asked for at creation. Absent values (and zero quotas or exec-ceiling
-/// fields) defer to the other levels; [`crate::policy`] merges the levels
-/// into the effective policy.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(default)]
-pub struct PolicyOverrides {
-    /// Maximum payload age.
-    pub retention_ms: Option<u64>,
-    /// Maximum session age.
-    pub session_ttl_ms: Option<u64>,
-    /// Byte quota of the session.
-    pub max_session_bytes: Option<u64>,
-    /// Largest payload.
-    pub max_payload_bytes: Option<u64>,
-    /// Payload count quota.
-    pub max_payloads: Option<u64>,
-    /// Delete the session's payloads when it is closed.
-    pub delete_on_close: Option<bool>,
-    /// Whether raw bytes may be downloaded.
-    pub allow_download: Option<bool>,
-    /// Whether scripts may run.
-    pub allow_exec: Option<bool>,
-    /// Whether compliance principals may read content.
-    pub compliance_can_read: Option<bool>,
-    /// Exec ceiling; a zero field sets no ceiling at this level.
-    pub exec_ceiling: Option<ExecCeiling>,
-    /// Redaction rules, added to the other levels' rules.
-    pub redact: Vec<String>,
-    /// A locked tenant policy can only be tightened (tenant level only).
-    pub locked: bool,
-}
+const WEEK: Duration = Duration::from_secs(7 * 24 * 3600);
 
-/// The `[policy]` section: the server default policy.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct PolicyDefaults {
+policy_fields! {
     /// Maximum payload age (default 7 days).
-    #[serde(with = "humantime_serde")]
-    pub retention: Duration,
+    retention / retention_ms: Age [serde(with = "humantime_serde")] = WEEK;
     /// Maximum session age (default 7 days).
-    #[serde(with = "humantime_serde")]
-    pub session_ttl: Duration,
+    session_ttl / session_ttl_ms: Age [serde(with = "humantime_serde")] = WEEK;
     /// Byte quota of a session; 0 = none (default).
-    pub max_session_bytes: u64,
+    max_session_bytes / max_session_bytes: Quota [] = 0;
     /// Largest payload; 0 = none beyond `limits.max_payload_bytes` (default).
-    pub max_payload_bytes: u64,
+    max_payload_bytes / max_payload_bytes: Quota [] = 0;
     /// Payload count quota of a session; 0 = none (default).
-    pub max_payloads: u64,
+    max_payloads / max_payloads: Quota [] = 0;
     /// Delete a session's payloads when it is closed (default false).
-    pub delete_on_close: bool,
+    delete_on_close / delete_on_close: Flag<true> [] = false;
     /// Whether raw bytes may be downloaded, and read beyond the preview size
     /// (default true).
-    pub allow_download: bool,
+    allow_download / allow_download: Flag<false> [] = true;
     /// Whether scripts may run (default true).
-    pub allow_exec: bool,
+    allow_exec / allow_exec: Flag<false> [] = true;
     /// Whether compliance principals may read content (default false). The
     /// effective policy ANDs the levels, so a tenant can grant it only where
-    /// this is true.
-    pub compliance_can_read: bool,
-    /// The most any exec may ask for (default 5 min, 4 GiB, 64 MiB stdout).
-    pub exec_ceiling: ExecCeiling,
-    /// Redaction rules every session gets (default none).
-    pub redact: Vec<String>,
+    /// the server default does.
+    compliance_can_read / compliance_can_read: Flag<false> [] = false;
+    /// The most any exec may ask for (default 5 min, 4 GiB, 64 MiB stdout);
+    /// a zero field sets no ceiling at that level.
+    exec_ceiling / exec_ceiling: Ceiling [] = ExecCeiling::CEILING;
+    /// Redaction rules (default none); every level's rules apply.
+    redact / redact: Rules [] = Vec::new();
 }
-
-impl Default for PolicyDefaults {
-    fn default() -> Self {
-        Self {
-            retention: Duration::from_secs(7 * 24 * 3600),
-            session_ttl: Duration::from_secs(7 * 24 * 3600),
-            max_session_bytes: 0,
-            max_payload_bytes: 0,
-            max_payloads: 0,
-            delete_on_close: false,
-            allow_download: true,
-            allow_exec: true,
-            compliance_can_read: false,
-            exec_ceiling: ExecCeiling::CEILING,
-            redact: Vec::new(),
-        }
-    }
-}
-

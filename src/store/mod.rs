@@ -1,30 +1,40 @@
 //! Durable session storage: metadata in typed trees over one
-//! [`engine::Engine`], payload bytes in per-session directories reached
-//! through cap-std ([`blobs`]).
+//! [`engine::Engine`] (redb or sled), payload bytes in per-session
+//! directories reached through cap-std. The store only stores: it audits
+//! nothing (a deletion returns its receipt, and the caller audits it; the
+//! [`crate::audit`] log is a separate room over the same engine, see
+//! [`open_engine`]), caches no Inspect results (it tells a
+//! [`ContentCache`] which bytes a deletion freed), and holds no policy
+//! logic beyond the quotas it is handed.
+//!
+//! The door: [`Store`] and its inputs and outputs ([`StoreSettings`],
+//! [`NewSession`], [`UploadMeta`], [`Quota`], [`ReadSpec`], [`Page`]), the
+//! stored records ([`records`]), the engine interface ([`engine`]) and the
+//! two engines, [`StoreError`]. Everything else is private to the room.
 //!
 //! The write path: bytes stream into a temporary file (scanned on the way
 //! for hash, lines and the line index), the file is fsynced and renamed into
 //! place, the directory is fsynced, the metadata commits durably, and only
 //! then is the write acknowledged. A crash anywhere before the commit leaves
-//! at most a temporary or orphaned file, which [`reconcile`] removes at the
-//! next start.
+//! at most a temporary or orphaned file, which reconciliation removes at
+//! the next start ([`ReconcileReport`]).
 //!
 //! Every method blocks; the API layer calls them from `spawn_blocking`.
 
-pub mod blobs;
+mod blobs;
 mod config;
-pub mod content;
-pub mod delete;
+mod content;
+mod delete;
 pub mod engine;
-pub mod expiry;
-pub mod lines;
-pub mod names;
-pub mod read;
-pub mod reconcile;
+mod expiry;
+mod lines;
+mod names;
+mod read;
+mod reconcile;
 pub mod records;
-pub mod redb_engine;
-pub mod signing;
-pub mod sled_engine;
+mod redb_engine;
+mod signing;
+mod sled_engine;
 
 use std::collections::BTreeMap;
 use std::io;
@@ -41,15 +51,21 @@ use crate::receipt::{ReceiptKey, Signed};
 use blobs::{BlobStore, TempFile};
 use content::ContentScanner;
 use engine::{Batch, Engine, EngineError, Tree};
-use lines::LineIndex;
-use read::{Extent, ReadError, ReadOut, ReadSpec};
-use records::{
-    LegalHold, PayloadRecord, ReceiptRecord, RecordError, SessionRecord,
-    SessionState, TenantPolicyRecord, keys,
-};
+use read::{Extent, ReadError};
+use records::{RecordError, keys};
 
 pub use config::{EngineKind, StoreConfig};
+pub use expiry::{REAPER, ReapStep};
+pub use lines::{LineIndex, LineIndexBuilder, STRIDE as LINE_INDEX_STRIDE};
+pub use names::base_name;
+pub use read::{ReadOut, ReadSpec};
 pub use reconcile::ReconcileReport;
+pub use records::{
+    LegalHold, PayloadRecord, ReceiptRecord, RemovedItem, SessionRecord, SessionState,
+    TenantPolicyRecord,
+};
+pub use redb_engine::RedbEngine;
+pub use sled_engine::SledEngine;
 
 /// Errors of the storage layer. `crate::error` maps each to a gRPC status.
 #[derive(Debug, thiserror::Error)]
