@@ -20,10 +20,12 @@ use crate::api::{
     AuditService, Authenticator, CodeModeService, ContextService, PayloadsService, PoliciesService,
     SessionsService,
 };
+use crate::audit::AuditLog;
 use crate::auth::TokenTable;
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::error::map_decode_status;
+use crate::inspect::cache::StructureCache;
 use crate::proto::{
     audit_server::AuditServer, code_mode_server::CodeModeServer, context_server::ContextServer,
     payloads_server::PayloadsServer, policies_server::PoliciesServer,
@@ -142,6 +144,7 @@ pub fn bound_malloc_arenas() {
         let arenas = libc::c_int::try_from(2 * cores).unwrap_or(libc::c_int::MAX);
         // SAFETY: mallopt only sets a glibc tunable; it is called before
         // the runtime starts any thread.
+        #[allow(unsafe_code)]
         unsafe {
             libc::mallopt(libc::M_ARENA_MAX, arenas);
         }
@@ -191,9 +194,30 @@ pub async fn run_with_clock(
         cache_bytes: config.store.cache_bytes,
     };
     let data_dir = config.data_dir.clone();
-    let (store, report) =
-        tokio::task::spawn_blocking(move || Store::open(&data_dir, settings, clock)).await??;
+    // The store and the audit log share one engine; deletions a crash
+    // interrupted are audited as the store finishes them.
+    let inspect_cache = Arc::new(StructureCache::new());
+    let content_cache = inspect_cache.clone();
+    let (store, audit_log, report) = tokio::task::spawn_blocking(move || {
+        let engine = crate::store::open_engine(&data_dir, &settings)?;
+        let audit_log = AuditLog::new(engine.clone(), clock.clone());
+        let (store, report) = Store::open(
+            engine,
+            &data_dir,
+            settings,
+            clock,
+            content_cache,
+            &mut |r| {
+                audit_log
+                    .append(crate::audit::deletion_finished_after_crash(r))
+                    .map(drop)
+            },
+        )?;
+        Ok::<_, crate::store::StoreError>((store, audit_log, report))
+    })
+    .await??;
     let store = Arc::new(store);
+    let audit_log = Arc::new(audit_log);
     tracing::info!(
         engine = store.engine_name(),
         repaired = !report.is_clean(),
@@ -205,15 +229,23 @@ pub async fn run_with_clock(
         let (cfg, dir, ceiling) = (
             config.sandbox.clone(),
             config.data_dir.clone(),
-            config.policy.exec_ceiling,
+            config.policy.exec_ceiling.into(),
         );
         Arc::new(tokio::task::spawn_blocking(move || Sandbox::open(cfg, &dir, ceiling)).await??)
     };
     sandbox.warm_up();
 
-    let (reaper, _reaper_guard) = crate::reaper::spawn(store.clone(), config.reaper.clone());
+    let (reaper, _reaper_guard) =
+        crate::reaper::spawn(store.clone(), audit_log.clone(), config.reaper.clone());
     let config = Arc::new(config);
-    let state = Service::new(store.clone(), config.clone(), sandbox, reaper);
+    let state = Service::new(
+        store.clone(),
+        audit_log,
+        inspect_cache,
+        config.clone(),
+        sandbox,
+        reaper,
+    );
     let auth = Authenticator::new(Arc::new(tokens));
     let limits = &config.limits;
 

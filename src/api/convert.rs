@@ -4,14 +4,13 @@ use pbjson_types::{Duration, Timestamp};
 
 use crate::clock::{self, Millis};
 use crate::error::ApiError;
-use crate::policy::Policy;
+use crate::policy::{ExecCeiling, Policy, PolicyOverrides};
 use crate::proto;
 use crate::sandbox::limits::ExecLimits;
 use crate::sandbox::outcome::Status as ExecStatus;
-use crate::store::records::{
-    PayloadRecord, PolicyOverrides, ReceiptRecord, SessionRecord, SessionState,
-};
+use crate::store::records::{PayloadRecord, ReceiptRecord, SessionRecord, SessionState};
 
+/// Milliseconds since the epoch as a protobuf timestamp.
 pub fn timestamp(ms: Millis) -> Timestamp {
     Timestamp {
         seconds: ms.div_euclid(1000),
@@ -38,7 +37,7 @@ pub fn policy(p: &Policy) -> proto::Policy {
         allow_download: Some(p.allow_download),
         allow_exec: Some(p.allow_exec),
         compliance_can_read: Some(p.compliance_can_read),
-        exec_ceiling: Some(exec_limits(&p.exec_ceiling)),
+        exec_ceiling: Some(exec_limits(&p.exec_ceiling.into())),
         redact: p.redact.clone(),
         locked: p.locked,
     }
@@ -58,7 +57,7 @@ pub fn policy_level(l: &PolicyOverrides) -> proto::Policy {
         allow_download: l.allow_download,
         allow_exec: l.allow_exec,
         compliance_can_read: l.compliance_can_read,
-        exec_ceiling: l.exec_ceiling.as_ref().map(exec_limits),
+        exec_ceiling: l.exec_ceiling.map(|c| exec_limits(&c.into())),
         redact: l.redact.clone(),
         locked: l.locked,
     }
@@ -83,13 +82,13 @@ pub fn policy_level_from(p: &proto::Policy) -> Result<PolicyOverrides, ApiError>
     let exec_ceiling = p
         .exec_ceiling
         .as_ref()
-        .map(|l| ExecLimits {
+        .map(|l| ExecCeiling {
             timeout_ms: l.timeout_ms,
             memory_bytes: l.memory_bytes,
             max_stdout_bytes: l.max_stdout_bytes,
             fuel: l.fuel,
         })
-        .filter(|l| *l != ExecLimits::ZERO);
+        .filter(|l| *l != ExecCeiling::ZERO);
     Ok(PolicyOverrides {
         retention_ms: ms("policy.retention", &p.retention)?,
         session_ttl_ms: ms("policy.session_ttl", &p.session_ttl)?,
@@ -157,6 +156,7 @@ pub fn session(s: &SessionRecord, effective: &Policy) -> proto::Session {
     }
 }
 
+/// A payload record as a message.
 pub fn payload(p: &PayloadRecord) -> proto::Payload {
     proto::Payload {
         id: p.id.to_string(),
@@ -183,6 +183,7 @@ pub fn redaction_map(c: &crate::redact::RedactCounts) -> std::collections::HashM
     c.by_rule.iter().map(|(k, v)| (k.clone(), *v)).collect()
 }
 
+/// A deletion receipt as a message.
 pub fn receipt(r: &ReceiptRecord) -> proto::DeletionReceipt {
     proto::DeletionReceipt {
         id: r.id.to_string(),
@@ -213,6 +214,7 @@ pub fn receipt(r: &ReceiptRecord) -> proto::DeletionReceipt {
     }
 }
 
+/// An inferred structure as the Inspect reply.
 pub fn structure(payload_id: &str, s: &crate::inspect::structure::Structure) -> proto::Structure {
     proto::Structure {
         payload_id: payload_id.to_owned(),

@@ -10,8 +10,8 @@ use crate::error::stream_error;
 use crate::offload::{Overrides, ToolResult};
 use crate::proto::{self, payloads_server::Payloads, upload_chunk::Chunk};
 use crate::service::{ReadRequest, SearchRequest, UploadPart};
+use crate::store::ReadSpec;
 use crate::store::UploadMeta;
-use crate::store::read::ReadSpec;
 
 front!(
     /// The Payloads service.

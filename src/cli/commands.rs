@@ -774,8 +774,7 @@ fn timestamp(text: &str, flag: &str) -> anyhow::Result<pbjson_types::Timestamp> 
 
 /// Verifies a receipt file's signature with the key in `data_dir`.
 fn verify_receipt(file: &std::path::Path, data_dir: &std::path::Path) -> anyhow::Result<()> {
-    use crate::store::records::RemovedItem;
-    use crate::store::signing::{KEY_FILE, ReceiptKey, Signed};
+    use crate::receipt::{KEY_FILE, ReceiptKey, RemovedItem, Signed};
     let text =
         std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
     let r: proto::DeletionReceipt = serde_json::from_str(&text)

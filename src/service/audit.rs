@@ -103,9 +103,9 @@ impl Service {
         self.authorize(p, Rpc::QueryAudit).await?;
         let used = check_filter(&filter)?;
         let size = page_size(page, self.config.limits.max_page_size);
-        let log = self.audit_log();
+        let log = self.audit_log.clone();
         let (tenant, token) = (p.tenant.clone(), page_token.to_owned());
-        let page = blocking(move || log.audit().query(&tenant, &filter, &token, size)).await?;
+        let page = blocking(move || log.query(&tenant, &filter, &token, size)).await?;
         let filters = if used.is_empty() {
             "none".to_owned()
         } else {
@@ -120,8 +120,8 @@ impl Service {
     /// Verifies the caller's tenant's chain from its first event to its head.
     pub async fn verify_audit(&self, p: &Principal) -> ApiResult<Verified> {
         self.authorize(p, Rpc::VerifyAudit).await?;
-        let (log, tenant) = (self.audit_log(), p.tenant.clone());
-        let v = blocking(move || log.audit().verify(&tenant)).await?;
+        let (log, tenant) = (self.audit_log.clone(), p.tenant.clone());
+        let v = blocking(move || log.verify(&tenant)).await?;
         let o = &v.outcome;
         let detail = if o.ok {
             format!(
@@ -195,23 +195,22 @@ impl Service {
         self.authorize(p, Rpc::ExportAudit).await?;
         let event = NewEvent::new(action::AUDIT_QUERY).detail("export".to_owned());
         self.audit(p, event).await?;
-        let (log, tenant) = (self.audit_log(), p.tenant.clone());
+        let (log, tenant) = (self.audit_log.clone(), p.tenant.clone());
         let (upto, _) = {
             let (log, tenant) = (log.clone(), tenant.clone());
-            blocking(move || log.audit().head(&tenant)).await?
+            blocking(move || log.head(&tenant)).await?
         };
         let (tx, rx) = mpsc::channel(EXPORT_QUEUE);
         tokio::task::spawn_blocking(move || {
             let mut from = 1;
             while from <= upto {
-                let (events, next) =
-                    match log.audit().export_page(&tenant, from, upto, EXPORT_BATCH) {
-                        Ok(page) => page,
-                        Err(e) => {
-                            let _ = tx.blocking_send(Err(ApiError::from(e)));
-                            return;
-                        }
-                    };
+                let (events, next) = match log.export_page(&tenant, from, upto, EXPORT_BATCH) {
+                    Ok(page) => page,
+                    Err(e) => {
+                        let _ = tx.blocking_send(Err(ApiError::from(e)));
+                        return;
+                    }
+                };
                 for e in events {
                     if tx.blocking_send(Ok(e)).is_err() {
                         return; // the client went away

@@ -134,7 +134,7 @@ impl Service {
             let sid = session.id.as_str();
             self.refusal(p, Rpc::Exec, resolved, sid, "").await?
         };
-        let ceiling = policy.exec_ceiling;
+        let ceiling = ExecLimits::from(policy.exec_ceiling);
         let resolved = limits::resolve(r.limits, defaults, ceiling);
         let input_ids: Vec<PayloadId> = inputs.iter().map(|(p, _)| p.id.clone()).collect();
         let spec = ExecSpec {

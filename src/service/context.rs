@@ -16,7 +16,7 @@ use crate::context::repair::{self, RepairReport};
 use crate::error::{ApiError, ApiResult};
 use crate::ids::PayloadId;
 use crate::redact::{RedactCounts, Redactor};
-use crate::store::read::ReadSpec;
+use crate::store::ReadSpec;
 use crate::store::records::SessionRecord;
 use crate::store::{Quota, Store, StoreError, UploadMeta};
 

@@ -40,17 +40,19 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::Semaphore;
 
-use crate::audit::{NewEvent, action, outcome};
+use crate::audit::{AuditLog, NewEvent, action, outcome};
 use crate::auth::access::{self, Access, Relation, Rpc, SessionOwnership, Target};
 use crate::auth::{AuthError, Principal};
 use crate::config::Config;
 use crate::error::{ApiError, ApiResult};
 use crate::ids::SessionId;
+use crate::inspect::cache::StructureCache;
+use crate::policy::PolicyOverrides;
 use crate::policy::{self, Policy, PolicyError};
 use crate::reaper::ReaperHandle;
 use crate::redact::{RedactCounts, Redactor};
 use crate::sandbox::Sandbox;
-use crate::store::records::{PayloadRecord, PolicyOverrides, SessionRecord};
+use crate::store::records::{PayloadRecord, SessionRecord};
 use crate::store::{Store, StoreError};
 
 /// The service layer's state: what every operation shares. Cheap to
@@ -59,6 +61,10 @@ use crate::store::{Store, StoreError};
 pub struct Service {
     /// The store.
     store: Arc<Store>,
+    /// The audit log, over the store's engine.
+    audit_log: Arc<AuditLog>,
+    /// Inspect results by content hash.
+    inspect_cache: Arc<StructureCache>,
     /// The configuration the server runs with.
     config: Arc<Config>,
     /// Upload slots, server-wide.
@@ -80,6 +86,8 @@ impl Service {
     /// Builds the service over an open store and sandbox.
     pub fn new(
         store: Arc<Store>,
+        audit_log: Arc<AuditLog>,
+        inspect_cache: Arc<StructureCache>,
         config: Arc<Config>,
         sandbox: Arc<Sandbox>,
         reaper: ReaperHandle,
@@ -87,17 +95,14 @@ impl Service {
         let upload_slots = Arc::new(Semaphore::new(config.limits.max_concurrent_uploads));
         Self {
             store,
+            audit_log,
+            inspect_cache,
             config,
             upload_slots,
             sandbox,
             reaper,
             redactors: Arc::default(),
         }
-    }
-
-    /// The audit log (held by the store, over the same engine).
-    fn audit_log(&self) -> Arc<Store> {
-        self.store.clone()
     }
 
     /// The configuration the server runs with.
@@ -177,10 +182,8 @@ impl Service {
             .into_iter()
             .map(|e| e.by(&principal.id, &principal.tenant))
             .collect();
-        let log = self.audit_log();
-        blocking(move || log.audit().append_all(events))
-            .await
-            .map(drop)
+        let log = self.audit_log.clone();
+        blocking(move || log.append_all(events)).await.map(drop)
     }
 
     /// Passes `result` through, after appending `event` with outcome
@@ -333,7 +336,7 @@ impl Service {
 
     /// The server default policy.
     fn server_policy(&self) -> Policy {
-        Policy::server_default(&self.config)
+        Policy::server_default(&self.config.policy)
     }
 
     /// A tenant's policy as set (empty when none was).

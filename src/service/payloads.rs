@@ -16,9 +16,9 @@ use crate::ids::{PayloadId, SessionId};
 use crate::inspect::search::Hit;
 use crate::inspect::structure::Structure;
 use crate::offload::{Outcome, Overrides, ToolResult};
-use crate::store::read::{ReadOut, ReadSpec};
 use crate::store::records::{PayloadRecord, ReceiptRecord};
 use crate::store::{Page, StoreError, UploadMeta};
+use crate::store::{ReadOut, ReadSpec};
 
 /// Most payloads one Search may name.
 const MAX_SEARCH_PAYLOADS: usize = 1000;
@@ -340,9 +340,18 @@ impl Service {
         payload_id: &str,
     ) -> ApiResult<(PayloadRecord, std::sync::Arc<Structure>)> {
         let (_, payload) = self.payload_for(p, Rpc::Inspect, payload_id).await?;
-        let store = self.store.clone();
+        let (store, cache) = (self.store.clone(), self.inspect_cache.clone());
         let record = payload.clone();
-        let structure = blocking(move || store.inspect(&record)).await?;
+        let structure = blocking(move || {
+            let content = crate::inspect::cache::Content {
+                sha256: &record.sha256,
+                content_type: &record.content_type,
+                size: record.size,
+                line_count: record.line_count,
+            };
+            cache.get_or_infer(content, || store.open_payload(&record))
+        })
+        .await?;
         tracing::info!(payload_id = %payload.id, detected = %structure.detected_type, "inspected");
         let event = NewEvent::new(action::PAYLOAD_INSPECT)
             .session(&payload.session_id)

@@ -10,8 +10,9 @@ use crate::audit::{NewEvent, action};
 use crate::auth::Principal;
 use crate::auth::access::{self, Rpc};
 use crate::error::{ApiError, ApiResult};
+use crate::policy::PolicyOverrides;
 use crate::policy::{self, Policy};
-use crate::store::records::{LegalHold, PolicyOverrides, SessionRecord, TenantPolicyRecord};
+use crate::store::records::{LegalHold, SessionRecord, TenantPolicyRecord};
 
 /// Longest legal-hold reason accepted.
 const MAX_REASON: usize = 1024;

@@ -7,8 +7,9 @@ use crate::audit::{NewEvent, action};
 use crate::auth::Principal;
 use crate::auth::access::{self, Rpc};
 use crate::error::{ApiError, ApiResult};
+use crate::policy::PolicyOverrides;
 use crate::policy::{self, Policy};
-use crate::store::records::{PolicyOverrides, ReceiptRecord, SessionRecord, SessionState};
+use crate::store::records::{ReceiptRecord, SessionRecord, SessionState};
 use crate::store::{NewSession, Page};
 
 /// Longest label, label key or value, and principal ID accepted.

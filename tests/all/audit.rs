@@ -120,11 +120,11 @@ async fn open_engine(data_dir: &Path) -> Box<dyn Engine> {
     loop {
         let opened: Result<Box<dyn Engine>, _> = match engine() {
             spillway::config::EngineKind::Redb => {
-                spillway::store::redb_engine::RedbEngine::open(&data_dir.join("meta.redb"))
+                spillway::store::RedbEngine::open(&data_dir.join("meta.redb"))
                     .map(|e| Box::new(e) as Box<dyn Engine>)
             }
             spillway::config::EngineKind::Sled => {
-                spillway::store::sled_engine::SledEngine::open(&data_dir.join("meta.sled"))
+                spillway::store::SledEngine::open(&data_dir.join("meta.sled"))
                     .map(|e| Box::new(e) as Box<dyn Engine>)
             }
         };
