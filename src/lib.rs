@@ -14,6 +14,8 @@
 //! - [`error`]: every layer's error mapped to a `tonic::Status`, in one place.
 //! - [`ids`]: typed, unguessable IDs (`ses_`, `pl_`, `rcpt_`).
 //! - [`clock`]: the time source, replaceable in tests.
+//! - [`guest`]: where payloads appear to scripts (`/payloads/…`), in one
+//!   place.
 //! - [`faults`]: named crash points for crash tests of the real binary.
 //! - [`fsutil`]: owner-only durable file writes (dev token, receipt key).
 //! - [`text`]: numbers in words (grouped digits, counted nouns).
@@ -63,6 +65,7 @@ pub mod context;
 pub mod error;
 pub mod faults;
 pub mod fsutil;
+pub mod guest;
 pub mod ids;
 pub mod inspect;
 pub mod offload;

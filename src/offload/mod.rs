@@ -312,10 +312,8 @@ pub fn offload_turn(
                 settings.preview_chars,
             )
         });
-        let draft_path = format!(
-            "/payloads/{}",
-            base_name("", &r.tool_name, &r.tool_call_id, "json")
-        );
+        let draft_path =
+            crate::guest::guest_path(&base_name("", &r.tool_name, &r.tool_call_id, "json"));
         let text = notice::render(
             &draft_facts(r, estimates[i], &draft_path),
             why(Disposition::PerCall, settings, &r.tool_name),

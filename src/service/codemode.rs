@@ -505,6 +505,11 @@ fn resolve_inputs(
             records.push(p);
         }
     }
+    // The session's own payloads take their names first; a parent's
+    // payload whose name one of them holds is at `/payloads/<id>`, as the
+    // exec's `/spillway/payloads.json` says. (The sort is stable: the
+    // caller's order holds within each session.)
+    records.sort_by_key(|p| p.session_id != session.id);
     let mut out = Vec::with_capacity(records.len());
     for p in records {
         let input = ExecInput {

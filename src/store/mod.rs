@@ -875,6 +875,14 @@ impl Store {
 
     /// Picks a name not yet used in the session. Called under the session lock.
     fn unique_name(&self, session: &SessionId, base: &str) -> Result<String> {
+        // A name of the ID shape would shadow that payload's `/payloads/<id>`.
+        let prefixed;
+        let base = if crate::guest::looks_like_id(base) {
+            prefixed = format!("_{base}");
+            &prefixed
+        } else {
+            base
+        };
         let taken = |n: &str| -> Result<bool> {
             Ok(self
                 .engine
@@ -938,15 +946,21 @@ impl PendingUpload<'_> {
                 hint: "nothing was stored; narrow the tool's output, or split it into several payloads",
             });
         }
-        // Early: an upload that cannot fit even alone stops streaming now.
-        check_quota(
-            "max_session_bytes",
-            self.meta.quota.max_session_bytes,
-            "bytes",
-            &self.record_at_start,
-            self.usage_at_start,
-            size,
-        )?;
+        // Early: an upload that cannot fit stops streaming now. Bytes the
+        // session already holds count once (they are linked, not stored
+        // again), and any stored copy is at most the session's usage; so
+        // only an upload larger than that usage is known not to be one.
+        // Smaller ones are decided by `finish`, once the hash is known.
+        if size > self.usage_at_start {
+            check_quota(
+                "max_session_bytes",
+                self.meta.quota.max_session_bytes,
+                "bytes",
+                &self.record_at_start,
+                self.usage_at_start,
+                size,
+            )?;
+        }
         self.temp.write_all(data)?;
         self.scanner.update(data);
         Ok(())

@@ -199,7 +199,7 @@ impl PayloadRecord {
 
     /// Where scripts see the payload.
     pub fn sandbox_path(&self) -> String {
-        format!("/payloads/{}", self.name)
+        crate::guest::guest_path(&self.name)
     }
 }
 
