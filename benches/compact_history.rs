@@ -106,6 +106,7 @@ async fn main() {
         client
             .repair_history(proto::RepairHistoryRequest {
                 messages: messages.clone(),
+                ..Default::default()
             })
             .await
             .unwrap();
@@ -122,6 +123,7 @@ async fn main() {
                 messages,
                 current_turn: 100,
                 settings: None,
+                ..Default::default()
             })
             .await
             .unwrap()

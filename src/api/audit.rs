@@ -33,25 +33,6 @@ pub fn event_to_proto(e: AuditEvent) -> proto::AuditEvent {
     }
 }
 
-/// An event from the wire, as the chain knows it (for exports and
-/// client-side verification).
-pub fn event_from_proto(e: proto::AuditEvent) -> AuditEvent {
-    AuditEvent {
-        action: e.action,
-        content_sha256: e.content_sha256,
-        detail: e.detail,
-        hash: e.hash,
-        outcome: e.outcome,
-        payload_id: e.payload_id,
-        prev_hash: e.prev_hash,
-        principal: e.principal,
-        seq: e.seq,
-        session_id: e.session_id,
-        tenant: e.tenant,
-        time: e.time,
-    }
-}
-
 fn millis(t: &pbjson_types::Timestamp) -> Millis {
     t.seconds
         .saturating_mul(1000)
@@ -150,7 +131,7 @@ mod tests {
             content_sha256: "ab".repeat(32),
             ..AuditEvent::default()
         });
-        assert_eq!(event_from_proto(event_to_proto(e.clone())), e);
+        assert_eq!(crate::cli::event_from_proto(event_to_proto(e.clone())), e);
     }
 
     #[test]

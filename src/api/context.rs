@@ -3,8 +3,9 @@
 use tonic::{Request, Response, Status};
 use tracing::instrument;
 
-use super::{convert, parts, principal};
+use super::{convert, parts};
 use crate::context::compact::CompactSettings;
+use crate::context::formats;
 use crate::context::model::{self, Block, Message, Role};
 use crate::context::repair::RepairReport;
 use crate::error::ApiError;
@@ -51,7 +52,8 @@ pub fn messages_from_proto(messages: Vec<proto::Message>) -> Result<Vec<Message>
                         error_code: r.error_code,
                         tool_name: r.tool_name,
                     })),
-                    None => Err(ApiError::BadRequest(format!("messages[{i}].blocks[{j}] is empty; set text, tool_use or tool_result"))),
+                    Some(block::Block::Part(p)) => Ok(Block::Part(model::Part { json: p.json, of_result: p.of_result })),
+                    None => Err(ApiError::BadRequest(format!("messages[{i}].blocks[{j}] is empty; set text, tool_use, tool_result or part"))),
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(Message { role, blocks })
@@ -88,11 +90,61 @@ pub fn messages_to_proto(messages: Vec<Message>) -> Vec<proto::Message> {
                             error_code: r.error_code,
                             tool_name: r.tool_name,
                         }),
+                        Block::Part(p) => block::Block::Part(proto::PartBlock {
+                            json: p.json,
+                            of_result: p.of_result,
+                        }),
                     }),
                 })
                 .collect(),
         })
         .collect()
+}
+
+/// The history of a request: provider JSON when `format` is set (see
+/// [`formats`]), else the neutral messages. Parses on the blocking pool.
+async fn history_in(
+    format: i32,
+    json: String,
+    messages: Vec<proto::Message>,
+) -> Result<(Vec<Message>, Option<formats::Shape>), ApiError> {
+    let bad = |e: formats::FormatError| match e {
+        formats::FormatError::TooLarge { .. } => ApiError::Limit(e.to_string()),
+        e => ApiError::BadRequest(e.to_string()),
+    };
+    let Some(format) = formats::requested(format, &json, !messages.is_empty()).map_err(bad)? else {
+        return messages_from_proto(messages).map(|m| (m, None));
+    };
+    let (m, shape) = off_runtime(move || formats::decode(format, &json).map_err(bad)).await?;
+    if m.len() > MAX_MESSAGES {
+        return Err(ApiError::BadRequest(format!(
+            "{} messages; at most {MAX_MESSAGES} are allowed",
+            m.len()
+        )));
+    }
+    Ok((m, Some(shape)))
+}
+
+/// A reply's history: in the request's format, or as neutral messages.
+async fn history_out(
+    messages: Vec<Message>,
+    shape: Option<formats::Shape>,
+) -> Result<(Vec<proto::Message>, String), ApiError> {
+    match shape {
+        Some(shape) => {
+            off_runtime(move || Ok((Vec::new(), formats::encode(shape, messages)))).await
+        }
+        None => Ok((messages_to_proto(messages), String::new())),
+    }
+}
+
+/// Runs a conversion of a large history on the blocking pool.
+async fn off_runtime<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::Internal(format!("history conversion failed: {e}")))?
 }
 
 fn repair_report(r: RepairReport) -> proto::RepairReport {
@@ -135,12 +187,14 @@ impl Context for ContextService {
         &self,
         req: Request<proto::RepairHistoryRequest>,
     ) -> Result<Response<proto::RepairHistoryResponse>, Status> {
-        let p = principal(&req)?;
-        let messages = messages_from_proto(req.into_inner().messages)?;
+        let (p, r) = parts(req)?;
+        let (messages, shape) = history_in(r.format, r.history_json, r.messages).await?;
         let reply = self.service.repair_history(&p, messages).await?;
+        let (messages, history_json) = history_out(reply.messages, shape).await?;
         Ok(Response::new(proto::RepairHistoryResponse {
-            messages: messages_to_proto(reply.messages),
+            messages,
             report: Some(repair_report(reply.report)),
+            history_json,
         }))
     }
 
@@ -155,14 +209,17 @@ impl Context for ContextService {
         req: Request<proto::CompactHistoryRequest>,
     ) -> Result<Response<proto::CompactHistoryResponse>, Status> {
         let (p, r) = parts(req)?;
-        let (settings, messages) = (settings(r.settings)?, messages_from_proto(r.messages)?);
+        let settings = settings(r.settings)?;
+        let (messages, shape) = history_in(r.format, r.history_json, r.messages).await?;
         let reply = self
             .service
             .compact_history(&p, &r.session_id, messages, r.current_turn, settings)
             .await?;
         let report = reply.report;
+        let (messages, history_json) = history_out(reply.messages, shape).await?;
         Ok(Response::new(proto::CompactHistoryResponse {
-            messages: messages_to_proto(reply.messages),
+            messages,
+            history_json,
             report: Some(proto::CompactReport {
                 truncated: report.truncated,
                 summarized: report.summarized,

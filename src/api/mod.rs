@@ -40,7 +40,7 @@ use tonic::{Request, Status};
 use crate::auth::{AuthError, Principal, TokenTable};
 use crate::error::{ApiError, ApiResult};
 
-pub use audit::{AuditService, event_from_proto, event_to_proto};
+pub use audit::{AuditService, event_to_proto};
 pub use codemode::CodeModeService;
 pub use context::{ContextService, messages_from_proto, messages_to_proto};
 pub use payloads::PayloadsService;

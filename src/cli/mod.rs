@@ -15,7 +15,7 @@ use clap::{Args, Parser, Subcommand};
 
 pub use client::{ClientSettings, TlsFiles, connect};
 pub use commands::run_client;
-pub use output::escape_controls;
+pub use output::{escape_controls, event_from_proto};
 pub use policy::{HoldArgs, HoldState, PolicyCommand, SetArgs};
 
 /// The parsed command line.
@@ -295,6 +295,8 @@ pub enum AuditCommand {
 pub enum HistoryFormat {
     /// OpenAI Chat Completions messages.
     Openai,
+    /// OpenAI Responses input items.
+    OpenaiResponses,
     /// Anthropic Messages.
     Anthropic,
 }

@@ -10,6 +10,25 @@ use std::borrow::Cow;
 use std::io::Write as _;
 use std::time::{Duration, UNIX_EPOCH};
 
+/// An event from the wire, as the chain knows it (for exports and
+/// client-side verification).
+pub fn event_from_proto(e: proto::AuditEvent) -> crate::audit::AuditEvent {
+    crate::audit::AuditEvent {
+        action: e.action,
+        content_sha256: e.content_sha256,
+        detail: e.detail,
+        hash: e.hash,
+        outcome: e.outcome,
+        payload_id: e.payload_id,
+        prev_hash: e.prev_hash,
+        principal: e.principal,
+        seq: e.seq,
+        session_id: e.session_id,
+        tenant: e.tenant,
+        time: e.time,
+    }
+}
+
 /// `text` with every control character but newline and tab escaped.
 pub fn escape_controls(text: &str) -> Cow<'_, str> {
     let is_control = |c: char| c.is_control() && c != '\n' && c != '\t';
