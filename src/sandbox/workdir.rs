@@ -77,8 +77,9 @@ impl WorkRoot {
     /// Opens (creating if needed) `<data_dir>/exec` and removes what a crash
     /// left there.
     pub fn open(data_dir: &Path) -> io::Result<Self> {
+        // Owner-only: exec directories hold links to tenants' payloads.
         let path = data_dir.join("exec");
-        std::fs::create_dir_all(&path)?;
+        crate::fsutil::make_private(&path)?;
         let root = Dir::open_ambient_dir(&path, ambient_authority())?;
         for entry in root.entries()? {
             let name = entry?.file_name();
@@ -98,7 +99,9 @@ impl WorkRoot {
         inputs: &[ExecInput],
         script: &str,
     ) -> Result<WorkDir, SandboxError> {
-        self.root.create_dir(exec_id)?;
+        let mut private = cap_std::fs::DirBuilder::new();
+        cap_std::fs::DirBuilderExt::mode(&mut private, crate::fsutil::PRIVATE_DIR_MODE);
+        self.root.create_dir_with(exec_id, &private)?;
         // From here on, dropping `work` removes the directory.
         let mut work = WorkDir {
             root: self.root.clone(),
@@ -144,13 +147,14 @@ impl WorkRoot {
 /// should use. A name already taken (a shared parent's payload of the same
 /// name) leaves the input reachable by ID only.
 fn link_input(input: &ExecInput, payloads: &Dir) -> io::Result<String> {
+    use crate::guest::guest_path;
     input.dir.hard_link(&input.file_name, payloads, &input.id)?;
     if input.name == input.id {
-        return Ok(format!("/payloads/{}", input.id));
+        return Ok(guest_path(&input.id));
     }
     match input.dir.hard_link(&input.file_name, payloads, &input.name) {
-        Ok(()) => Ok(format!("/payloads/{}", input.name)),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(format!("/payloads/{}", input.id)),
+        Ok(()) => Ok(guest_path(&input.name)),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(guest_path(&input.id)),
         Err(e) => Err(e),
     }
 }
@@ -231,7 +235,7 @@ impl Mount {
     /// Where the guest sees it.
     pub fn guest_path(self) -> &'static str {
         match self {
-            Mount::Payloads => "/payloads",
+            Mount::Payloads => crate::guest::MOUNT,
             Mount::Spillway => "/spillway",
             Mount::Tmp => "/tmp",
             Mount::Out => "/out",

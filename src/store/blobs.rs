@@ -22,7 +22,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use cap_std::ambient_authority;
-use cap_std::fs::{Dir, File, OpenOptions};
+use cap_std::fs::{Dir, DirBuilder, DirBuilderExt as _, File, OpenOptions, OpenOptionsExt as _};
 
 use crate::ids::SessionId;
 
@@ -42,10 +42,11 @@ pub struct BlobStore {
 }
 
 impl BlobStore {
-    /// Opens (creating if needed) `<data_dir>/sessions`.
+    /// Opens (creating if needed) `<data_dir>/sessions`, owner-only: it
+    /// holds every tenant's payloads.
     pub fn open(data_dir: &Path) -> io::Result<Self> {
         let path = data_dir.join("sessions");
-        std::fs::create_dir_all(&path)?;
+        crate::fsutil::make_private(&path)?;
         let root = Dir::open_ambient_dir(&path, ambient_authority())?;
         Ok(Self {
             root,
@@ -53,9 +54,11 @@ impl BlobStore {
         })
     }
 
-    /// Creates a session's directory, durably.
+    /// Creates a session's directory (owner-only), durably.
     pub fn create_session_dir(&self, id: &SessionId) -> io::Result<()> {
-        match self.root.create_dir(id.as_str()) {
+        let mut private = DirBuilder::new();
+        private.mode(crate::fsutil::PRIVATE_DIR_MODE);
+        match self.root.create_dir_with(id.as_str(), &private) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(e),
@@ -131,12 +134,19 @@ pub struct TempFile {
 }
 
 impl TempFile {
-    /// Creates a fresh temporary file in `dir`.
+    /// Creates a fresh temporary file in `dir`, readable by its owner only
+    /// (it keeps that mode when persisted: payloads are tenants' data).
     pub fn create(dir: Arc<Dir>) -> io::Result<Self> {
         let mut raw = [0u8; 16];
         getrandom::fill(&mut raw).map_err(io::Error::other)?;
         let name = format!("{TEMP_PREFIX}{}.tmp", hex::encode(raw));
-        let file = dir.open_with(&name, OpenOptions::new().write(true).create_new(true))?;
+        let file = dir.open_with(
+            &name,
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(crate::fsutil::PRIVATE_FILE_MODE),
+        )?;
         Ok(Self {
             dir,
             name,
@@ -262,6 +272,28 @@ mod tests {
                 "{name}: the persisted file differs from what was written"
             );
         }
+    }
+
+    #[test]
+    fn payload_files_and_directories_are_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let sessions = tmp.path().join("sessions");
+        // A sessions directory an older version left world-readable.
+        std::fs::create_dir(&sessions).unwrap();
+        std::fs::set_permissions(&sessions, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let store = BlobStore::open(tmp.path()).unwrap();
+        let id = SessionId::generate();
+        store.create_session_dir(&id).unwrap();
+        let dir = store.session_dir(&id).unwrap();
+        let mut t = TempFile::create(dir.clone()).unwrap();
+        t.write_all(b"someone's data").unwrap();
+        t.sync().unwrap();
+        t.persist("p.txt").unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&sessions), 0o700);
+        assert_eq!(mode(&sessions.join(id.as_str())), 0o700);
+        assert_eq!(mode(&sessions.join(id.as_str()).join("p.txt")), 0o600);
     }
 
     #[test]

@@ -1,10 +1,12 @@
 //! Hardening against one tenant hurting the others (issue 13): scratch
 //! accounting that nesting, sparse files and hard links cannot walk
 //! around; guests that cannot write to the server log; module compiles
-//! inside the exec's limits; exec slots per tenant.
+//! inside the exec's limits; exec, upload, search and inspect slots per
+//! tenant; owner-only host files.
 
 use std::time::{Duration, Instant};
 
+use spillway::config::EngineKind;
 use spillway::proto::{self, ExecStatus};
 use tonic::Code;
 
@@ -566,4 +568,211 @@ async fn a_trickling_upload_is_ended_by_its_rate_not_only_by_idleness() {
     );
     trickle.abort();
     assert!(session_files(&server.data_dir(), &sid).is_empty());
+}
+
+// ---- search and inspect slots per tenant ----------------------------------
+
+/// A search over `sid` that takes a while: a pattern the regex engine
+/// cannot skip through (no literal to look for) over every line.
+fn slow_search(sid: &str) -> proto::SearchRequest {
+    proto::SearchRequest {
+        session_id: sid.into(),
+        pattern: r"(?i)\w{12}\s\w{12}\s\w{12}#".into(),
+        max_matches: 1,
+        ..Default::default()
+    }
+}
+
+/// Lines of words, about `bytes` long; `seed` makes the content unique.
+fn words(bytes: usize, seed: &str) -> Vec<u8> {
+    let line = format!("{seed} alpha bravo charlie delta echo foxtrot golf hotel india juliet\n");
+    line.repeat(bytes / line.len() + 1).into_bytes()
+}
+
+#[tokio::test]
+async fn a_tenant_at_its_search_bound_is_refused_and_another_tenant_still_searches() {
+    let server = TestServer::start_with(|c| {
+        c.limits.max_concurrent_searches = 8;
+        c.limits.max_concurrent_searches_per_tenant = 1;
+        c.limits.search_timeout = Duration::from_secs(30);
+    })
+    .await;
+    let mine = create_session(&server, ALICE).await.id;
+    let theirs = create_session(&server, MALLORY).await.id;
+    for (token, sid) in [(ALICE, &mine), (MALLORY, &theirs)] {
+        let mut p = server.payloads(token).await;
+        upload(&mut p, header(sid, "w.txt"), &words(24 << 20, sid))
+            .await
+            .unwrap();
+    }
+    // Mallory's first search holds its tenant's one slot for a while.
+    let started = Instant::now();
+    let mut c = server.payloads(MALLORY).await;
+    let req = slow_search(&theirs);
+    let holding = tokio::spawn(async move { c.search(req).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let second = server
+        .payloads(MALLORY)
+        .await
+        .search(slow_search(&theirs))
+        .await;
+    let refused_at = started.elapsed();
+    let e = second.expect_err("a second search of the same tenant is refused");
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(
+        e.message()
+            .contains("limits.max_concurrent_searches_per_tenant = 1")
+            && e.message().contains("other tenants are not affected"),
+        "{}",
+        e.message()
+    );
+    // Alice's search runs meanwhile.
+    let r = server
+        .payloads(ALICE)
+        .await
+        .search(proto::SearchRequest {
+            session_id: mine.clone(),
+            pattern: "juliet".into(),
+            max_matches: 3,
+            ..Default::default()
+        })
+        .await
+        .expect("another tenant's search is not refused")
+        .into_inner();
+    assert_eq!(r.matches.len(), 3);
+    holding
+        .await
+        .unwrap()
+        .expect("the search holding the slot completes");
+    let held_for = started.elapsed();
+    assert!(
+        held_for > refused_at,
+        "the refusal came while the first search ran ({refused_at:?} < {held_for:?})"
+    );
+    // The slot is given back: the tenant searches again.
+    server
+        .payloads(MALLORY)
+        .await
+        .search(proto::SearchRequest {
+            session_id: theirs,
+            pattern: "juliet".into(),
+            max_matches: 1,
+            ..Default::default()
+        })
+        .await
+        .expect("a search after the first ended is served");
+}
+
+#[tokio::test]
+async fn a_tenant_at_its_inspect_bound_is_refused_and_another_tenant_still_inspects() {
+    let server = TestServer::start_with(|c| {
+        c.limits.max_concurrent_inspects = 8;
+        c.limits.max_concurrent_inspects_per_tenant = 1;
+    })
+    .await;
+    let mine = create_session(&server, ALICE).await.id;
+    let theirs = create_session(&server, MALLORY).await.id;
+    let mut ids = Vec::new();
+    let mut p = server.payloads(MALLORY).await;
+    // Distinct content each (the structure cache is by content), large
+    // enough that inferring it takes a moment.
+    for i in 0..6 {
+        let body: String = (0..60_000)
+            .map(|n| format!("{{\"i\":{n},\"k{i}\":\"v{}\",\"w\":[{n},{i}]}}\n", n % 7))
+            .collect();
+        let stored = upload(&mut p, header(&theirs, "r.ndjson"), body.as_bytes())
+            .await
+            .unwrap();
+        ids.push(stored.id);
+    }
+    let alice_id = upload(
+        &mut server.payloads(ALICE).await,
+        header(&mine, "a.json"),
+        b"{\"a\":1}",
+    )
+    .await
+    .unwrap()
+    .id;
+    let mut calls = Vec::new();
+    for id in ids {
+        let mut c = server.payloads(MALLORY).await;
+        calls.push(tokio::spawn(async move {
+            c.inspect(proto::PayloadRequest { payload_id: id }).await
+        }));
+    }
+    let theirs_ok = server
+        .payloads(ALICE)
+        .await
+        .inspect(proto::PayloadRequest {
+            payload_id: alice_id,
+        })
+        .await;
+    assert!(
+        theirs_ok.is_ok(),
+        "another tenant's inspect is not refused: {theirs_ok:?}"
+    );
+    let (mut served, mut refused) = (0, 0);
+    for c in calls {
+        match c.await.unwrap() {
+            Ok(_) => served += 1,
+            Err(e) => {
+                assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+                assert!(
+                    e.message()
+                        .contains("limits.max_concurrent_inspects_per_tenant = 1"),
+                    "{}",
+                    e.message()
+                );
+                refused += 1;
+            }
+        }
+    }
+    assert!(served >= 1, "at least one of mallory's inspects ran");
+    assert!(
+        refused >= 1,
+        "six concurrent inspects of one tenant against a share of one: some refused ({served} served)"
+    );
+}
+
+// ---- host file modes ------------------------------------------------------
+
+#[tokio::test]
+async fn payload_files_are_owner_only_and_so_are_their_directories() {
+    use std::os::unix::fs::PermissionsExt;
+    let server = TestServer::start().await;
+    let sid = create_session(&server, ALICE).await.id;
+    let mut p = server.payloads(ALICE).await;
+    upload(&mut p, header(&sid, "a.txt"), b"someone's data")
+        .await
+        .unwrap();
+    // A duplicate is a hard link: the same inode, the same mode.
+    upload(&mut p, header(&sid, "b.txt"), b"someone's data")
+        .await
+        .unwrap();
+    // Exec output stored as a payload goes the same way.
+    let mut req = exec(
+        &sid,
+        "python",
+        "open('/out/o.txt','w').write('out')\nprint('ok')",
+    );
+    req.keep_outputs = true;
+    let r = run(&server, ALICE, req).await;
+    assert_eq!(status(&r), ExecStatus::Ok, "{}", r.message);
+    let data = server.data_dir();
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&data), 0o700, "the data directory");
+    assert_eq!(mode(&data.join("sessions")), 0o700);
+    assert_eq!(mode(&data.join("exec")), 0o700);
+    let dir = data.join("sessions").join(&sid);
+    assert_eq!(mode(&dir), 0o700);
+    let files = session_files(&data, &sid);
+    assert_eq!(files.len(), 3, "{files:?}");
+    for f in files {
+        assert_eq!(mode(&dir.join(&f)), 0o600, "{f}");
+    }
+    let meta = match engine() {
+        EngineKind::Redb => (data.join("meta.redb"), 0o600),
+        EngineKind::Sled => (data.join("meta.sled"), 0o700),
+    };
+    assert_eq!(mode(&meta.0), meta.1, "the metadata database");
 }

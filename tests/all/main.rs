@@ -10,6 +10,7 @@ mod crash;
 mod hardening;
 mod inspect;
 mod lifecycle;
+mod limits;
 mod offload;
 mod payloads;
 mod policies;
