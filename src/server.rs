@@ -170,7 +170,7 @@ pub async fn run_with_clock(
     let local = listener.local_addr().map_err(ServerError::DataDir)?;
     // Before anything is opened: a bad certificate is a config error.
     let tls = crate::tls::server_config(&config.tls)?;
-    std::fs::create_dir_all(&config.data_dir).map_err(ServerError::DataDir)?;
+    crate::fsutil::create_private_dir_all(&config.data_dir).map_err(ServerError::DataDir)?;
     let tokens = if config.dev_mode() {
         if !local.ip().is_loopback() {
             return Err(ServerError::DevModeNotLoopback(local));
