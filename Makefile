@@ -35,7 +35,7 @@ $(PY_VENV)/bin/python:
 	$(PYTHON) -m venv $(PY_VENV)
 
 test-python: images $(PY_VENV)/bin/python ## mypy --strict and pytest of the Python client and kit, against the debug binary
-	$(CARGO) build --locked --bin spillway
+	$(CARGO) build --locked --bins --tests
 	$(PY_VENV)/bin/pip install -q --upgrade "./clients/python[test,sdk]"
 	cd clients/python && $(PY_VENV)/bin/mypy
 	cd clients/python && $(PY_VENV)/bin/pytest -q
@@ -45,7 +45,7 @@ python-stubs: $(PY_VENV)/bin/python ## Regenerate the Python stubs (clients/pyth
 	$(PY_VENV)/bin/python clients/python/gen_stubs.py
 
 bench-python: $(PY_VENV)/bin/python ## Client-side overhead of an Offload call against the raw stub, and the agent loop's line counts
-	$(CARGO) build --locked --bin spillway
+	$(CARGO) build --locked --bins --tests
 	$(PY_VENV)/bin/pip install -q --upgrade "./clients/python[test]"
 	cd clients/python && $(PY_VENV)/bin/python bench/offload_overhead.py
 

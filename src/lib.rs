@@ -4,6 +4,13 @@
 //!
 //! # Layout
 //!
+//! A request runs one way: a front door ([`api`]) converts it, the
+//! [`service`] layer decides access ([`auth`]), resolves the policy
+//! ([`policy`]) and redacts ([`redact`]), the domain rooms do the work
+//! ([`offload`], [`inspect`], [`sandbox`], [`context`], over [`store`]), and
+//! the service appends the [`audit`] event before it replies. No module
+//! imports one above it.
+//!
 //! - [`config`]: the configuration tree, its defaults and its loader; it
 //!   assembles the sections the rooms own (`[auth]` tokens, `[tls]`,
 //!   `[store]`, `[policy]`, `[offload]`, `[sandbox]`, `[reaper]`).

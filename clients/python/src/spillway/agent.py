@@ -19,18 +19,118 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from . import _history
 from .errors import SpillwayError
-from .types import ExecResult, Outcome, ReadResult, SearchResult, Structure, ToolResult
+from .types import (
+    ExecLimits,
+    ExecResult,
+    HistoryResult,
+    Outcome,
+    PayloadInfo,
+    ReadResult,
+    Recalled,
+    SearchResult,
+    Structure,
+    ToolResult,
+)
 
-if TYPE_CHECKING:
-    from .aio import AsyncSession
-    from .client import Session
+
+class KitSession(Protocol):
+    """What the kit needs of a session: `spillway.Session` has it. The kit
+    names no session class, so the sessions can hand out kits."""
+
+    def payloads(self) -> list[PayloadInfo]: ...
+    def inspect(self, payload_id: str) -> Structure: ...
+    def search(
+        self,
+        pattern: str,
+        *,
+        payload_ids: Iterable[str] | None = ...,
+        fixed_string: bool = ...,
+        case_insensitive: bool = ...,
+        context_lines: int = ...,
+        max_matches: int = ...,
+    ) -> SearchResult: ...
+    def read(
+        self,
+        payload_id: str,
+        *,
+        lines: tuple[int, int] | None = ...,
+        byte_range: tuple[int, int] | None = ...,
+        max_bytes: int = ...,
+    ) -> ReadResult: ...
+    def exec(
+        self,
+        runtime: str,
+        source: str,
+        *,
+        inputs: Iterable[str] | None = ...,
+        args: Iterable[str] | None = ...,
+        limits: ExecLimits | None = ...,
+    ) -> ExecResult: ...
+    def recall(self, key: str) -> Recalled: ...
+    def offload(
+        self, results: Iterable[ToolResult], *, turn: int = ..., settings: dict[str, Any] | None = ...
+    ) -> list[Outcome]: ...
+    def compact(
+        self,
+        history: Any,
+        format: str = ...,
+        *,
+        current_turn: int = ...,
+        settings: dict[str, Any] | None = ...,
+    ) -> HistoryResult: ...
+
+
+class AsyncKitSession(Protocol):
+    """What the async kit needs of a session: `spillway.AsyncSession` has it."""
+
+    async def payloads(self) -> list[PayloadInfo]: ...
+    async def inspect(self, payload_id: str) -> Structure: ...
+    async def search(
+        self,
+        pattern: str,
+        *,
+        payload_ids: Iterable[str] | None = ...,
+        fixed_string: bool = ...,
+        case_insensitive: bool = ...,
+        context_lines: int = ...,
+        max_matches: int = ...,
+    ) -> SearchResult: ...
+    async def read(
+        self,
+        payload_id: str,
+        *,
+        lines: tuple[int, int] | None = ...,
+        byte_range: tuple[int, int] | None = ...,
+        max_bytes: int = ...,
+    ) -> ReadResult: ...
+    async def exec(
+        self,
+        runtime: str,
+        source: str,
+        *,
+        inputs: Iterable[str] | None = ...,
+        args: Iterable[str] | None = ...,
+        limits: ExecLimits | None = ...,
+    ) -> ExecResult: ...
+    async def recall(self, key: str) -> Recalled: ...
+    async def offload(
+        self, results: Iterable[ToolResult], *, turn: int = ..., settings: dict[str, Any] | None = ...
+    ) -> list[Outcome]: ...
+    async def compact(
+        self,
+        history: Any,
+        format: str = ...,
+        *,
+        current_turn: int = ...,
+        settings: dict[str, Any] | None = ...,
+    ) -> HistoryResult: ...
 
 _SPEC: dict[str, Any] = json.loads(resources.files(__package__).joinpath("tools.json").read_text("utf-8"))
 TOOLS: dict[str, dict[str, Any]] = {t["name"]: t for t in _SPEC["tools"]}
@@ -347,7 +447,7 @@ class _Base:
 class Kit(_Base):
     """The agent kit on a (synchronous) session."""
 
-    def __init__(self, session: Session, names: Sequence[str] | None = None) -> None:
+    def __init__(self, session: KitSession, names: Sequence[str] | None = None) -> None:
         super().__init__(names)
         self.session = session
 
@@ -415,7 +515,7 @@ class Kit(_Base):
 class AsyncKit(_Base):
     """The agent kit on an async session; the same methods, awaited."""
 
-    def __init__(self, session: AsyncSession, names: Sequence[str] | None = None) -> None:
+    def __init__(self, session: AsyncKitSession, names: Sequence[str] | None = None) -> None:
         super().__init__(names)
         self.session = session
 
@@ -484,9 +584,7 @@ def _read_args(a: dict[str, Any]) -> tuple[str, tuple[int, int] | None, tuple[in
     return pid, lines, byte_range, max_bytes
 
 
-def _limits(a: dict[str, Any]) -> Any:
-    from .types import ExecLimits
-
+def _limits(a: dict[str, Any]) -> ExecLimits | None:
     timeout = a.get("timeout_ms")
     return ExecLimits(timeout_ms=int(timeout)) if timeout else None
 
