@@ -35,6 +35,8 @@
 //!   log, one chain per tenant, with durable appends and queries.
 //! - [`api`]: the tonic services; the only code that sees prost types.
 //! - [`cli`]: the client subcommands of the `spillway` binary.
+//! - [`mcp`]: `spillway mcp serve` and `spillway mcp proxy`, MCP fronts that
+//!   are gRPC clients of a Spillway server.
 //! - [`proto`]: the generated `spillway.v1` types.
 
 pub mod api;
@@ -48,6 +50,7 @@ pub mod error;
 pub mod faults;
 pub mod ids;
 pub mod inspect;
+pub mod mcp;
 pub mod offload;
 pub mod policy;
 pub mod reaper;

@@ -26,6 +26,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Serve(args) => runtime.block_on(serve(args)),
+        Command::Mcp(_) => runtime.block_on(spillway::mcp::run(cli)),
         _ => runtime.block_on(spillway::cli::run_client(cli)),
     };
     match result {

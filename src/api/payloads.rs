@@ -126,6 +126,8 @@ impl Payloads for PayloadsService {
         tracing::Span::current().record("session_id", tracing::field::display(&session.id));
         tracing::Span::current().record("results", r.results.len());
         let (policy, redactor) = self.state.session_redactor(&session).await?;
+        let mcp_dialect =
+            r.settings.as_ref().and_then(|s| s.dialect) == Some(proto::NoticeDialect::Mcp as i32);
         let overrides = r.settings.map(|s| crate::offload::Overrides {
             per_call_tokens: s.per_call_tokens,
             aggregate_tokens: s.aggregate_tokens,
@@ -134,8 +136,12 @@ impl Payloads for PayloadsService {
             preview_chars: s.preview_chars,
         });
         let config = &self.state.config.offload;
-        let settings = crate::offload::Settings::resolve(config, &overrides.unwrap_or_default())
-            .map_err(ApiError::from)?;
+        let mut settings =
+            crate::offload::Settings::resolve(config, &overrides.unwrap_or_default())
+                .map_err(ApiError::from)?;
+        if mcp_dialect {
+            settings.dialect = crate::offload::notice::Dialect::Mcp;
+        }
         for (i, t) in r.results.iter().enumerate() {
             for (field, value) in [
                 ("tool_call_id", &t.tool_call_id),

@@ -93,7 +93,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
     };
     let json = cli.json;
     let result = match cli.command {
-        Command::Serve(_) => unreachable!("serve is handled by main"),
+        Command::Serve(_) | Command::Mcp(_) => unreachable!("serve and mcp are handled by main"),
         Command::Audit(cmd) => audit(&mut c, cmd, json).await,
         Command::Session(cmd) => session(&mut c, cmd, json).await,
         Command::Policy(super::PolicyCommand::Get { tenant, session }) => {
@@ -178,6 +178,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 estimator,
                 preview_style,
                 preview_chars: None,
+                dialect: None,
             };
             let reply = c
                 .payloads

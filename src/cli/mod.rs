@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-pub use client::{ClientSettings, TlsFiles, connect};
+pub use client::{Bearer, ClientSettings, TlsFiles, connect};
 pub use commands::run_client;
 pub use policy::{HoldArgs, HoldState, PolicyCommand, SetArgs};
 
@@ -206,6 +206,10 @@ pub enum Command {
         #[arg(short, long)]
         output: Option<PathBuf>,
     },
+    /// MCP: serve Spillway's tools, or proxy an MCP server and offload its
+    /// large results.
+    #[command(subcommand)]
+    Mcp(crate::mcp::McpCommand),
     /// Delete a payload.
     Rm {
         /// Payload ID.

@@ -137,6 +137,8 @@ pub struct Settings {
     pub style: Style,
     /// Preview chars, if set.
     pub preview_chars: Option<usize>,
+    /// Whose tool names the notices use (gRPC unless the request asks).
+    pub dialect: notice::Dialect,
 }
 
 /// Why an offload could not be done.
@@ -211,6 +213,7 @@ impl Settings {
             estimator,
             style,
             preview_chars,
+            dialect: notice::Dialect::Grpc,
         })
     }
 
@@ -316,7 +319,8 @@ pub fn offload_turn(
             "/payloads/{}",
             names::base_name("", &r.tool_name, &r.tool_call_id, "json")
         );
-        let text = notice::render(
+        let text = notice::render_in(
+            settings.dialect,
             &draft_facts(r, estimates[i], &draft_path),
             why(Disposition::PerCall, settings, &r.tool_name),
             &p.render(&draft_path, DRAFT_ID),
@@ -409,7 +413,12 @@ fn store_and_describe(
             tokens: (estimates[i].tokens, estimates[i].lower_bound),
             content_type: &record.content_type,
         };
-        let content = notice::render(&facts, why(d, settings, &r.tool_name), &preview_text);
+        let content = notice::render_in(
+            settings.dialect,
+            &facts,
+            why(d, settings, &r.tool_name),
+            &preview_text,
+        );
         outcomes.push(Outcome {
             tool_call_id: r.tool_call_id,
             disposition: d,
