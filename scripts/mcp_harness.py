@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BIN = os.environ.get("SPILLWAY_BIN", str(ROOT / "target" / "debug" / "spillway"))
-DEPS = Path(os.environ.get("SPILLWAY_MCP_DEPS", Path.home() / ".cache" / "spillway-mcp"))
+BIN = os.environ.get("MCP_SPILLWAY_BIN", str(ROOT / "target" / "debug" / "spillway"))
+DEPS = Path(os.environ.get("MCP_DEPS_DIR", Path.home() / ".cache" / "spillway-mcp"))
 NODE_BIN = DEPS / "node" / "node_modules" / ".bin"
 
 

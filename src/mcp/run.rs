@@ -40,11 +40,11 @@ pub struct McpArgs {
     /// Spillway server, `host:port` or `http(s)://host:port` (with --token,
     /// --ca). Default: the embedded local server on --data-dir, started if
     /// none is running.
-    #[arg(long, env = "SPILLWAY_MCP_SERVER")]
+    #[arg(long)]
     pub server: Option<String>,
     /// Data directory of the embedded server (default
     /// $XDG_DATA_HOME/spillway, or ~/.local/share/spillway).
-    #[arg(long, env = "SPILLWAY_MCP_DATA_DIR")]
+    #[arg(long)]
     pub data_dir: Option<PathBuf>,
     /// Work in this existing Spillway session instead of opening one per
     /// client connection.

@@ -18,8 +18,8 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 ROOT = Path(__file__).resolve().parents[2]
-BIN = os.environ.get("SPILLWAY_BIN", str(ROOT / "target" / "debug" / "spillway"))
-DEPS = Path(os.environ.get("SPILLWAY_MCP_DEPS", Path.home() / ".cache" / "spillway-mcp"))
+BIN = os.environ.get("MCP_SPILLWAY_BIN", str(ROOT / "target" / "debug" / "spillway"))
+DEPS = Path(os.environ.get("MCP_DEPS_DIR", Path.home() / ".cache" / "spillway-mcp"))
 NODE_BIN = DEPS / "node" / "node_modules" / ".bin"
 VENV_BIN = DEPS / "venv" / "bin"
 HERE = Path(__file__).resolve().parent

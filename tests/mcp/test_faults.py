@@ -65,7 +65,10 @@ async def test_a_300_mb_result_over_the_cap_names_the_limit_and_stores_nothing(s
     assert server.alive()
 
 
-async def test_malformed_client_frames_get_parse_errors_and_the_proxy_keeps_serving(server):
+async def test_malformed_client_frames_are_refused_or_ignored_and_the_proxy_keeps_serving(server):
+    """Well-formed JSON that is not a JSON-RPC message gets an Invalid Request
+    error; bytes that are not JSON at all carry no id to answer, and are
+    ignored, as the official SDKs do (answering them invites error storms)."""
     p = subprocess.Popen(
         [BIN, "--token", server.token, "mcp", "proxy", "--server", server.addr, "--", *fake_upstream()],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
@@ -79,9 +82,10 @@ async def test_malformed_client_frames_get_parse_errors_and_the_proxy_keeps_serv
         send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}})
         assert recv()["result"]["serverInfo"]
         send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-        send("{this is not json")
+        send('{"jsonrpc": "2.0", "id": 5, "method": 42}')
         err = recv()
-        assert err["error"]["code"] == -32700, err
+        assert err["error"]["code"] == -32600, err
+        send("{this is not json")
         send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "small", "arguments": {}}})
         ok = recv()
         assert ok["id"] == 2 and ok["result"]["content"][0]["text"] == "small answer", ok
