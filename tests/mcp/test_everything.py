@@ -62,12 +62,30 @@ async def test_progress_and_logging_notifications_reach_the_client(server):
         assert not r.is_error, text_of(r)
         assert len(seen) >= 2, seen
         await c.set_logging_level("debug")
-        if "trigger-logging" in "".join(tools) or any("log" in n.lower() for n in tools):
-            logname = next((n for n in tools if "log" in n.lower()), None)
-            if logname:
-                await c.call_tool(logname, {})
-                await asyncio.sleep(0.5)
-                assert logs, "no logging notification relayed"
+        await c.call_tool("toggle-simulated-logging", {})
+        # server-everything logs every 5 seconds once toggled.
+        for _ in range(120):
+            if logs:
+                break
+            await asyncio.sleep(0.1)
+        assert logs, "no logging notification relayed"
+
+
+async def test_roots_requests_and_small_images_pass_through_unchanged(server):
+    asked = []
+
+    async def roots(ctx):
+        asked.append(True)
+        return types.ListRootsResult(roots=[types.Root(uri="file:///spillway-test-root", name="test root")])
+
+    async with proxy(server, EVERYTHING, list_roots_callback=roots) as c:
+        r = await c.call_tool("get-roots-list", {})
+        assert asked, "the roots/list request did not reach the client"
+        assert "spillway-test-root" in text_of(r)
+        img = await c.call_tool("get-tiny-image", {})
+        images = [b for b in img.content if getattr(b, "type", "") == "image"]
+        assert images and images[0].data, "a small image must stay inline"
+        assert not (img.structured_content or {}).get("spillway")
 
 
 async def test_sampling_requests_go_to_the_client(server):
