@@ -151,7 +151,7 @@ async def main():
     finally:
         server.stop()
     print("# MCP proxy benchmarks\n")
-    print(f"Measured with `make mcp-bench` (release binary, `spillway mcp proxy` in front of a stdio upstream; the client is the official Python SDK). {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.\n")
+    print(f"Measured with `make mcp-bench` ({os.environ.get('MCP_BENCH_BUILD', 'release')} binary, `spillway mcp proxy` in front of a stdio upstream; the client is the official Python SDK). {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.\n")
     print("| what | through the proxy | direct | ratio | goal |\n|---|---|---|---|---|")
     for r in rows:
         print("| " + " | ".join(r) + " |")
