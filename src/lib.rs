@@ -4,7 +4,16 @@
 //!
 //! # Layout
 //!
-//! - [`config`]: the configuration tree, its defaults and its loader.
+//! A request runs one way: a front door ([`api`]) converts it, the
+//! [`service`] layer decides access ([`auth`]), resolves the policy
+//! ([`policy`]) and redacts ([`redact`]), the domain rooms do the work
+//! ([`offload`], [`inspect`], [`sandbox`], [`context`], over [`store`]), and
+//! the service appends the [`audit`] event before it replies. No module
+//! imports one above it.
+//!
+//! - [`config`]: the configuration tree, its defaults and its loader; it
+//!   assembles the sections the rooms own (`[auth]` tokens, `[tls]`,
+//!   `[store]`, `[policy]`, `[offload]`, `[sandbox]`, `[reaper]`).
 //! - [`telemetry`]: `tracing` setup.
 //! - [`shutdown`]: the shutdown signal shared by the server's tasks.
 //! - [`server`]: builds the tonic server, health and reflection, and runs it.
@@ -12,18 +21,28 @@
 //! - [`error`]: every layer's error mapped to a `tonic::Status`, in one place.
 //! - [`ids`]: typed, unguessable IDs (`ses_`, `pl_`, `rcpt_`).
 //! - [`clock`]: the time source, replaceable in tests.
+//! - [`guest`]: where payloads appear to scripts (`/payloads/…`), in one
+//!   place.
 //! - [`faults`]: named crash points for crash tests of the real binary.
+//! - [`fsutil`]: owner-only durable file writes (dev token, receipt key).
+//! - [`text`]: numbers in words (grouped digits, counted nouns).
+//! - [`receipt`]: deletion receipts' canonical bytes and HMAC-SHA256
+//!   signatures, pure; the server signs with it, the CLI verifies.
 //! - [`reaper`]: the background task that deletes what has expired, paced,
 //!   driven by the expiry index.
 //! - [`auth`]: bearer tokens to principals, and the access table.
 //! - [`store`]: metadata trees over one engine interface (redb, sled) and
 //!   the cap-std payload directories; crash-safe writes, reconciliation,
-//!   ranged reads.
-//! - [`inspect`]: content-type detection and bounded JSON scanning.
+//!   ranged reads. It only stores: deletions return their receipts and the
+//!   caller audits them; it imports no room above it.
+//! - [`inspect`]: content-type detection, bounded JSON scanning, structure
+//!   inference and its cache by content hash, search.
 //! - [`offload`]: token estimates, the per-turn offload decision, previews and
 //!   notices.
-//! - [`policy`]: the effective policy (server default, tenant policy and
-//!   session overrides, strictest wins) and the tighten-only checks.
+//! - [`policy`]: the policy fields (one list, generated into the complete
+//!   policy, the stored level and the `[policy]` section), the effective
+//!   policy (server default, tenant policy and session overrides,
+//!   strictest wins) and the tighten-only checks.
 //! - [`redact`]: policy redaction rules (built-ins and regexes) applied to
 //!   bytes, one-shot or streaming in bounded memory.
 //! - [`context`]: history repair, budgets, microcompaction, recall keys and
@@ -32,8 +51,16 @@
 //!   directories and limits. The only module that names wasmtime.
 //! - [`audit`]: audit events in a tamper-evident hash chain: canonical
 //!   form, sealing, streaming verification, export lines; and the stored
-//!   log, one chain per tenant, with durable appends and queries.
-//! - [`api`]: the tonic services; the only code that sees prost types.
+//!   log, one chain per tenant, with durable appends and queries. A room
+//!   beside the store, over the same engine handle
+//!   ([`store::open_engine`]).
+//! - [`service`]: one function per operation, taking a principal and domain
+//!   types: access decisions, policy resolution, redaction and auditing
+//!   happen here, once, for every front door.
+//! - [`api`]: the tonic services; the only code that sees prost types. Each
+//!   RPC converts its message and calls one [`service`] operation.
+//! - [`client`]: connecting to a Spillway server (address, token, TLS), for
+//!   the CLI and the MCP fronts.
 //! - [`cli`]: the client subcommands of the `spillway` binary.
 //! - [`mcp`]: `spillway mcp serve` and `spillway mcp proxy`, MCP fronts that
 //!   are gRPC clients of a Spillway server.
@@ -43,23 +70,29 @@ pub mod api;
 pub mod audit;
 pub mod auth;
 pub mod cli;
+pub mod client;
 pub mod clock;
 pub mod config;
 pub mod context;
 pub mod error;
 pub mod faults;
+pub mod fsutil;
+pub mod guest;
 pub mod ids;
 pub mod inspect;
 pub mod mcp;
 pub mod offload;
 pub mod policy;
 pub mod reaper;
+pub mod receipt;
 pub mod redact;
 pub mod sandbox;
 pub mod server;
+pub mod service;
 pub mod shutdown;
 pub mod store;
 pub mod telemetry;
+pub mod text;
 pub mod tls;
 
 /// The generated `spillway.v1` messages, services and JSON mappings.

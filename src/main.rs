@@ -26,16 +26,36 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Serve(args) => runtime.block_on(serve(args)),
-        Command::Mcp(_) => runtime.block_on(spillway::mcp::run(cli)),
+        Command::Mcp(cmd) => {
+            let conn = spillway::mcp::Connection {
+                addr: cli.addr,
+                token: cli.token,
+                tls: spillway::client::TlsFiles {
+                    ca: cli.tls_ca,
+                    cert: cli.tls_cert,
+                    key: cli.tls_key,
+                },
+            };
+            runtime.block_on(spillway::mcp::run(cmd, conn))
+        }
         _ => runtime.block_on(spillway::cli::run_client(cli)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            match e.downcast_ref::<tonic::Status>() {
-                Some(s) => eprintln!("error: {:?}: {}", s.code(), s.message()),
-                None => eprintln!("error: {e:#}"),
+            // `spillway read … | head`: the reader went away, which is not an error.
+            let closed = e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            });
+            if closed {
+                return ExitCode::SUCCESS;
             }
+            let text = match e.downcast_ref::<tonic::Status>() {
+                Some(s) => format!("error: {:?}: {}", s.code(), s.message()),
+                None => format!("error: {e:#}"),
+            };
+            eprintln!("{}", spillway::cli::escape_controls(&text));
             ExitCode::FAILURE
         }
     }

@@ -2,7 +2,8 @@
 //! RPC. Human-readable output by default, the proto3 JSON mapping with
 //! `--json`. Errors print the status code and message and exit nonzero.
 
-mod client;
+#[macro_use]
+mod print;
 mod commands;
 mod output;
 mod policy;
@@ -11,8 +12,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-pub use client::{Bearer, ClientSettings, TlsFiles, connect};
+pub use crate::client::{Bearer, ClientSettings, TlsFiles, connect};
 pub use commands::run_client;
+pub use output::{escape_controls, event_from_proto};
 pub use policy::{HoldArgs, HoldState, PolicyCommand, SetArgs};
 
 /// The parsed command line.
@@ -296,6 +298,8 @@ pub enum AuditCommand {
 pub enum HistoryFormat {
     /// OpenAI Chat Completions messages.
     Openai,
+    /// OpenAI Responses input items.
+    OpenaiResponses,
     /// Anthropic Messages.
     Anthropic,
 }

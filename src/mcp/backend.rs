@@ -7,13 +7,13 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
-use crate::cli::{ClientSettings, connect};
+use crate::client::{Bearer, ClientSettings, connect};
 use crate::proto::{
     self, code_mode_client::CodeModeClient, context_client::ContextClient,
     payloads_client::PayloadsClient, sessions_client::SessionsClient,
 };
 
-type Svc = InterceptedService<Channel, crate::cli::Bearer>;
+type Svc = InterceptedService<Channel, Bearer>;
 
 /// Bytes per upload chunk: well under the server's 4 MiB message limit.
 pub const UPLOAD_CHUNK: usize = 1 << 20;

@@ -39,7 +39,6 @@ struct Lock(std::fs::File);
 
 impl Lock {
     fn take(dir: &Path) -> Result<Self, McpError> {
-        use std::os::fd::AsRawFd;
         let f = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -50,25 +49,16 @@ impl Lock {
                     "cannot open the lock file in the data directory: {e}"
                 ))
             })?;
-        // SAFETY: flock on a descriptor we own; it blocks until granted.
-        let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
-        if rc != 0 {
-            return Err(McpError::Embedded(format!(
-                "cannot lock the data directory: {}",
-                std::io::Error::last_os_error()
-            )));
-        }
+        // An exclusive flock; it blocks until granted.
+        f.lock()
+            .map_err(|e| McpError::Embedded(format!("cannot lock the data directory: {e}")))?;
         Ok(Self(f))
     }
 }
 
 impl Drop for Lock {
     fn drop(&mut self) {
-        use std::os::fd::AsRawFd;
-        // SAFETY: unlocking our own descriptor.
-        unsafe {
-            libc::flock(self.0.as_raw_fd(), libc::LOCK_UN);
-        }
+        let _ = self.0.unlock();
     }
 }
 
@@ -88,12 +78,12 @@ fn images_dir() -> Option<PathBuf> {
         return None;
     }
     let mut candidates = vec![PathBuf::from("sandbox-images")];
-    if let Ok(exe) = std::env::current_exe() {
-        if let Some(dir) = exe.parent() {
-            candidates.push(dir.join("sandbox-images"));
-            if let Some(up) = dir.parent().and_then(Path::parent) {
-                candidates.push(up.join("sandbox-images"));
-            }
+    if let Ok(exe) = std::env::current_exe()
+        && let Some(dir) = exe.parent()
+    {
+        candidates.push(dir.join("sandbox-images"));
+        if let Some(up) = dir.parent().and_then(Path::parent) {
+            candidates.push(up.join("sandbox-images"));
         }
     }
     candidates

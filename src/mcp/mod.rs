@@ -29,7 +29,7 @@ pub mod session;
 pub mod tools;
 pub mod upstream;
 
-pub use run::{McpArgs, McpCommand, run};
+pub use run::{Connection, McpArgs, McpCommand, run};
 
 /// What can go wrong starting or running an MCP front.
 #[derive(Debug, thiserror::Error)]

@@ -18,7 +18,7 @@ use super::proxy::{Proxy, ProxyTimeouts, check_tools};
 use super::server::SpillwayServer;
 use super::session::SessionSlot;
 use super::upstream::{Relay, Upstream, UpstreamSpec};
-use crate::cli::{Cli, ClientSettings, Command, TlsFiles};
+use crate::client::{ClientSettings, TlsFiles};
 
 /// Default cap on one JSON-RPC message, either side: 256 MiB.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 256 << 20;
@@ -94,17 +94,27 @@ pub struct ProxyArgs {
     pub command: Vec<String>,
 }
 
+/// The command line's global connection flags (`--addr`, `--token`,
+/// `--ca`, `--cert`, `--key`).
+#[derive(Debug, Clone, Default)]
+pub struct Connection {
+    /// `--addr`: the Spillway server, when `--server` is not given.
+    pub addr: Option<String>,
+    /// `--token`.
+    pub token: Option<String>,
+    /// `--ca`, `--cert`, `--key`.
+    pub tls: TlsFiles,
+}
+
 /// Runs `spillway mcp …`.
-pub async fn run(cli: Cli) -> anyhow::Result<()> {
+pub async fn run(cmd: McpCommand, conn: Connection) -> anyhow::Result<()> {
     crate::telemetry::init();
-    let Command::Mcp(cmd) = &cli.command else {
-        return Err(McpError::Usage("not an mcp command".into()).into());
-    };
+    let cmd = &cmd;
     let common = match cmd {
         McpCommand::Serve(a) => &a.common,
         McpCommand::Proxy(a) => &a.common,
     };
-    let settings = resolve(&cli, common).await?;
+    let settings = resolve(&conn, common).await?;
     let backend = Backend::connect(&settings).await?;
     if let Some(s) = &common.session {
         backend
@@ -118,12 +128,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-async fn resolve(cli: &Cli, common: &McpArgs) -> anyhow::Result<ClientSettings> {
-    let tls = TlsFiles {
-        ca: cli.tls_ca.clone(),
-        cert: cli.tls_cert.clone(),
-        key: cli.tls_key.clone(),
-    };
+async fn resolve(cli: &Connection, common: &McpArgs) -> anyhow::Result<ClientSettings> {
+    let tls = cli.tls.clone();
     let server = common.server.clone().or_else(|| cli.addr.clone());
     if let Some(addr) = server {
         let data_dir = std::env::var_os("SPILLWAY_DATA_DIR").map(PathBuf::from);
@@ -139,12 +145,7 @@ async fn resolve(cli: &Cli, common: &McpArgs) -> anyhow::Result<ClientSettings> 
         None => super::embedded::default_data_dir()?,
     };
     let addr = super::embedded::ensure_server(&dir).await?;
-    Ok(ClientSettings::resolve(
-        Some(&addr),
-        cli.token.as_deref(),
-        Some(&dir),
-        tls,
-    )?)
+    ClientSettings::resolve(Some(&addr), cli.token.as_deref(), Some(&dir), tls)
 }
 
 fn http_config() -> StreamableHttpServerConfig {

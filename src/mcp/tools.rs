@@ -500,3 +500,42 @@ async fn call_inner(
         ))),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The Python kit (clients/python) gives a model the same tools as the
+    /// MCP front: same names, descriptions and input schemas.
+    #[test]
+    fn the_python_kits_tools_json_matches_the_mcp_tools() {
+        let spec: Value =
+            serde_json::from_str(include_str!("../../clients/python/src/spillway/tools.json"))
+                .unwrap();
+        let kit = spec["tools"].as_array().unwrap();
+        let mcp = list();
+        assert_eq!(
+            kit.iter()
+                .map(|t| t["name"].as_str().unwrap())
+                .collect::<Vec<_>>(),
+            mcp.iter().map(|t| t.name.as_ref()).collect::<Vec<_>>()
+        );
+        for (k, t) in kit.iter().zip(&mcp) {
+            assert_eq!(
+                k["description"].as_str(),
+                t.description.as_deref(),
+                "{}",
+                t.name
+            );
+            assert_eq!(
+                k["input_schema"],
+                Value::Object((*t.input_schema).clone()),
+                "{}",
+                t.name
+            );
+        }
+        for name in spec["default"].as_array().unwrap() {
+            assert!(NAMES.contains(&name.as_str().unwrap()), "{name}");
+        }
+    }
+}

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ids::SessionId;
 use crate::store::records::PayloadRecord;
-use crate::store::{Store, StoreError, UploadMeta, names};
+use crate::store::{Store, StoreError, UploadMeta, base_name};
 use decide::{Disposition, Item};
 use estimate::{Estimate, Estimator};
 use notice::{NoticeFacts, Why};
@@ -113,6 +113,8 @@ pub struct Overrides {
     pub preview_style: Option<String>,
     /// Preview size in chars.
     pub preview_chars: Option<u64>,
+    /// Whose tool names the notices' next steps use; gRPC when unset.
+    pub dialect: Option<notice::Dialect>,
 }
 
 /// Largest preview a request may ask for, in chars.
@@ -213,7 +215,7 @@ impl Settings {
             estimator,
             style,
             preview_chars,
-            dialect: notice::Dialect::Grpc,
+            dialect: o.dialect.unwrap_or_default(),
         })
     }
 
@@ -315,10 +317,8 @@ pub fn offload_turn(
                 settings.preview_chars,
             )
         });
-        let draft_path = format!(
-            "/payloads/{}",
-            names::base_name("", &r.tool_name, &r.tool_call_id, "json")
-        );
+        let draft_path =
+            crate::guest::guest_path(&base_name("", &r.tool_name, &r.tool_call_id, "json"));
         let text = notice::render_in(
             settings.dialect,
             &draft_facts(r, estimates[i], &draft_path),
@@ -536,6 +536,7 @@ mod tests {
             estimator: Some("o200k".into()),
             preview_style: Some("edges".into()),
             preview_chars: Some(50),
+            dialect: Some(notice::Dialect::Mcp),
         };
         let s = Settings::resolve(&OffloadConfig::default(), &o).unwrap();
         assert_eq!(
@@ -544,9 +545,17 @@ mod tests {
                 s.aggregate_tokens,
                 s.estimator,
                 s.style,
-                s.preview_chars
+                s.preview_chars,
+                s.dialect
             ),
-            (100, 200, Estimator::O200k, Style::Edges, Some(50))
+            (
+                100,
+                200,
+                Estimator::O200k,
+                Style::Edges,
+                Some(50),
+                notice::Dialect::Mcp
+            )
         );
     }
 

@@ -75,7 +75,7 @@ async fn export(server: &impl Connect, token: &str) -> String {
         .into_inner();
     let mut out = String::new();
     while let Some(e) = stream.message().await.unwrap() {
-        out.push_str(&spillway::api::audit::event_from_proto(e).to_export_line());
+        out.push_str(&spillway::cli::event_from_proto(e).to_export_line());
         out.push('\n');
     }
     out
@@ -106,7 +106,7 @@ fn assert_whole_chain(events: &[proto::AuditEvent]) {
     let chain: Vec<_> = events
         .iter()
         .cloned()
-        .map(spillway::api::audit::event_from_proto)
+        .map(spillway::cli::event_from_proto)
         .collect();
     let out = spillway::audit::verify(chain);
     assert!(out.ok, "{out:?}");
@@ -120,11 +120,11 @@ async fn open_engine(data_dir: &Path) -> Box<dyn Engine> {
     loop {
         let opened: Result<Box<dyn Engine>, _> = match engine() {
             spillway::config::EngineKind::Redb => {
-                spillway::store::redb_engine::RedbEngine::open(&data_dir.join("meta.redb"))
+                spillway::store::RedbEngine::open(&data_dir.join("meta.redb"))
                     .map(|e| Box::new(e) as Box<dyn Engine>)
             }
             spillway::config::EngineKind::Sled => {
-                spillway::store::sled_engine::SledEngine::open(&data_dir.join("meta.sled"))
+                spillway::store::SledEngine::open(&data_dir.join("meta.sled"))
                     .map(|e| Box::new(e) as Box<dyn Engine>)
             }
         };
@@ -344,7 +344,7 @@ async fn every_security_relevant_rpc_appends_exactly_its_events_in_one_gapless_c
         assert_eq!(e.session_id, s.id, "{}", e.action);
         assert!(e.time.ends_with('Z') && e.time.len() == 24, "{}", e.time);
         // Neither content, nor labels, patterns, arguments or reasons.
-        let line = spillway::api::audit::event_from_proto(e.clone()).to_export_line();
+        let line = spillway::cli::event_from_proto(e.clone()).to_export_line();
         assert!(!line.contains("SECRET"), "{line}");
     }
     assert_eq!(events[0].detail, "share_with=bob");
@@ -429,6 +429,7 @@ async fn history_compaction_and_recall_are_audited_with_the_archive() {
             messages: history(6),
             current_turn: 6,
             settings: None,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -614,7 +615,7 @@ async fn another_tenant_sees_none_of_acmes_events_and_its_probes_name_nothing_of
             (e.tenant.as_str(), e.principal.as_str()),
             ("other", "mallory")
         );
-        let line = spillway::api::audit::event_from_proto(e.clone()).to_export_line();
+        let line = spillway::cli::event_from_proto(e.clone()).to_export_line();
         assert!(
             !line.contains(&s.id) && !line.contains(&p.id) && !line.contains("alice"),
             "{line}"
