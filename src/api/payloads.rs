@@ -79,6 +79,7 @@ impl Payloads for PayloadsService {
             estimator: s.estimator,
             preview_style: s.preview_style,
             preview_chars: s.preview_chars,
+            dialect: s.dialect.map(convert::notice_dialect),
         });
         let turn = crate::service::OffloadTurn {
             session_id: r.session_id,

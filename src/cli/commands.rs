@@ -9,9 +9,9 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
-use super::client::{Bearer, ClientSettings, connect};
 use super::output;
 use super::{AuditCommand, Cli, Command, ContextCommand, HistoryFormat, SessionCommand};
+use crate::client::{Bearer, ClientSettings, connect};
 use crate::proto::{
     self, audit_client::AuditClient, code_mode_client::CodeModeClient,
     context_client::ContextClient, payloads_client::PayloadsClient,
@@ -93,7 +93,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
     };
     let json = cli.json;
     let result = match cli.command {
-        Command::Serve(_) => unreachable!("serve is handled by main"),
+        Command::Serve(_) | Command::Mcp(_) => unreachable!("serve and mcp are handled by main"),
         Command::Audit(cmd) => audit(&mut c, cmd, json).await,
         Command::Session(cmd) => session(&mut c, cmd, json).await,
         Command::Policy(super::PolicyCommand::Get { tenant, session }) => {
@@ -178,6 +178,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 estimator,
                 preview_style,
                 preview_chars: None,
+                dialect: None,
             };
             let reply = c
                 .payloads

@@ -4,7 +4,6 @@
 
 #[macro_use]
 mod print;
-mod client;
 mod commands;
 mod output;
 mod policy;
@@ -13,7 +12,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-pub use client::{ClientSettings, TlsFiles, connect};
+pub use crate::client::{Bearer, ClientSettings, TlsFiles, connect};
 pub use commands::run_client;
 pub use output::{escape_controls, event_from_proto};
 pub use policy::{HoldArgs, HoldState, PolicyCommand, SetArgs};
@@ -209,6 +208,10 @@ pub enum Command {
         #[arg(short, long)]
         output: Option<PathBuf>,
     },
+    /// MCP: serve Spillway's tools, or proxy an MCP server and offload its
+    /// large results.
+    #[command(subcommand)]
+    Mcp(crate::mcp::McpCommand),
     /// Delete a payload.
     Rm {
         /// Payload ID.

@@ -113,6 +113,8 @@ pub struct Overrides {
     pub preview_style: Option<String>,
     /// Preview size in chars.
     pub preview_chars: Option<u64>,
+    /// Whose tool names the notices' next steps use; gRPC when unset.
+    pub dialect: Option<notice::Dialect>,
 }
 
 /// Largest preview a request may ask for, in chars.
@@ -137,6 +139,8 @@ pub struct Settings {
     pub style: Style,
     /// Preview chars, if set.
     pub preview_chars: Option<usize>,
+    /// Whose tool names the notices use (gRPC unless the request asks).
+    pub dialect: notice::Dialect,
 }
 
 /// Why an offload could not be done.
@@ -211,6 +215,7 @@ impl Settings {
             estimator,
             style,
             preview_chars,
+            dialect: o.dialect.unwrap_or_default(),
         })
     }
 
@@ -314,7 +319,8 @@ pub fn offload_turn(
         });
         let draft_path =
             crate::guest::guest_path(&base_name("", &r.tool_name, &r.tool_call_id, "json"));
-        let text = notice::render(
+        let text = notice::render_in(
+            settings.dialect,
             &draft_facts(r, estimates[i], &draft_path),
             why(Disposition::PerCall, settings, &r.tool_name),
             &p.render(&draft_path, DRAFT_ID),
@@ -407,7 +413,12 @@ fn store_and_describe(
             tokens: (estimates[i].tokens, estimates[i].lower_bound),
             content_type: &record.content_type,
         };
-        let content = notice::render(&facts, why(d, settings, &r.tool_name), &preview_text);
+        let content = notice::render_in(
+            settings.dialect,
+            &facts,
+            why(d, settings, &r.tool_name),
+            &preview_text,
+        );
         outcomes.push(Outcome {
             tool_call_id: r.tool_call_id,
             disposition: d,
@@ -525,6 +536,7 @@ mod tests {
             estimator: Some("o200k".into()),
             preview_style: Some("edges".into()),
             preview_chars: Some(50),
+            dialect: Some(notice::Dialect::Mcp),
         };
         let s = Settings::resolve(&OffloadConfig::default(), &o).unwrap();
         assert_eq!(
@@ -533,9 +545,17 @@ mod tests {
                 s.aggregate_tokens,
                 s.estimator,
                 s.style,
-                s.preview_chars
+                s.preview_chars,
+                s.dialect
             ),
-            (100, 200, Estimator::O200k, Style::Edges, Some(50))
+            (
+                100,
+                200,
+                Estimator::O200k,
+                Style::Edges,
+                Some(50),
+                notice::Dialect::Mcp
+            )
         );
     }
 

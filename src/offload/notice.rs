@@ -39,8 +39,24 @@ pub struct NoticeFacts<'a> {
     pub content_type: &'a str,
 }
 
-/// Writes the notice.
+/// Whose tool names a notice's next steps use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Dialect {
+    /// The gRPC RPCs (`Inspect`, `Search`, `Read`, `Exec`).
+    #[default]
+    Grpc,
+    /// The MCP tools of `spillway mcp` (`spillway_inspect`, ...), with
+    /// their argument names.
+    Mcp,
+}
+
+/// Writes the notice, in the gRPC dialect.
 pub fn render(f: &NoticeFacts<'_>, why: Why, preview: &str) -> String {
+    render_in(Dialect::Grpc, f, why, preview)
+}
+
+/// Writes the notice, with next steps in `dialect`.
+pub fn render_in(dialect: Dialect, f: &NoticeFacts<'_>, why: Why, preview: &str) -> String {
     let tool = if f.tool_name.is_empty() {
         "the tool"
     } else {
@@ -87,6 +103,18 @@ pub fn render(f: &NoticeFacts<'_>, why: Why, preview: &str) -> String {
     n.push_str(preview);
     if !preview.ends_with('\n') {
         n.push('\n');
+    }
+    if dialect == Dialect::Mcp {
+        let _ = write!(
+            n,
+            "Next: 1) spillway_inspect {{\"payload_id\": \"{id}\"}}; 2) confirm shape and count; \
+3) spillway_search {{\"pattern\": \"...\", \"payload_ids\": [\"{id}\"]}} or spillway_read {{\"payload_id\": \"{id}\", \"start_line\": 1, \"end_line\": 50}}; \
+4) filter or group with spillway_exec {{\"runtime\": \"jq\", \"script\": \"...\", \"payload_ids\": [\"{id}\"]}} (or javascript, python; the file is {path}); \
+5) print only the evidence; 6) keep the handle.",
+            id = f.payload_id,
+            path = f.path
+        );
+        return n;
     }
     let _ = write!(
         n,
@@ -147,6 +175,27 @@ mod tests {
                 .unwrap_or_else(|| panic!("{part:?} missing or out of order in:\n{n}"));
             at += found;
         }
+    }
+
+    #[test]
+    fn an_mcp_notice_names_the_mcp_tools_and_their_arguments() {
+        let n = render_in(Dialect::Mcp, &facts(), Why::PerCall(6000), "x");
+        let next = n.lines().last().unwrap();
+        assert!(
+            next.contains(
+                "spillway_inspect {\"payload_id\": \"pl_0123456789abcdef0123456789abcdef\"}"
+            ),
+            "{next}"
+        );
+        for tool in [
+            "spillway_search",
+            "spillway_read",
+            "spillway_exec",
+            "\"runtime\": \"jq\"",
+        ] {
+            assert!(next.contains(tool), "{tool} missing: {next}");
+        }
+        assert!(!next.contains("Inspect pl_"), "{next}");
     }
 
     #[test]

@@ -1,0 +1,193 @@
+//! The MCP front's only way into Spillway: a gRPC client of a Spillway
+//! server, authenticated with the caller's token, exactly like the CLI. So
+//! access, audit, redaction and quotas apply unchanged.
+
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+use crate::client::{Bearer, ClientSettings, connect};
+use crate::proto::{
+    self, code_mode_client::CodeModeClient, context_client::ContextClient,
+    payloads_client::PayloadsClient, sessions_client::SessionsClient,
+};
+
+type Svc = InterceptedService<Channel, Bearer>;
+
+/// Bytes per upload chunk: well under the server's 4 MiB message limit.
+pub const UPLOAD_CHUNK: usize = 1 << 20;
+
+/// One connection to a Spillway server; cheap to clone.
+#[derive(Clone)]
+pub struct Backend {
+    sessions: SessionsClient<Svc>,
+    payloads: PayloadsClient<Svc>,
+    codemode: CodeModeClient<Svc>,
+    context: ContextClient<Svc>,
+}
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Backend").finish_non_exhaustive()
+    }
+}
+
+impl Backend {
+    /// Connects with the CLI's settings (address, token, TLS).
+    pub async fn connect(settings: &ClientSettings) -> anyhow::Result<Self> {
+        let (channel, bearer) = connect(settings).await?;
+        Ok(Self {
+            sessions: SessionsClient::with_interceptor(channel.clone(), bearer.clone()),
+            payloads: PayloadsClient::with_interceptor(channel.clone(), bearer.clone())
+                .max_decoding_message_size(64 << 20),
+            codemode: CodeModeClient::with_interceptor(channel.clone(), bearer.clone())
+                .max_decoding_message_size(64 << 20),
+            context: ContextClient::with_interceptor(channel, bearer)
+                .max_decoding_message_size(64 << 20),
+        })
+    }
+
+    /// Opens a session labelled after the MCP client.
+    pub async fn create_session(&self, label: &str) -> Result<proto::Session, tonic::Status> {
+        let mut labels = std::collections::HashMap::new();
+        labels.insert("front".to_owned(), "mcp".to_owned());
+        let req = proto::CreateSessionRequest {
+            label: label.chars().take(200).collect(),
+            labels,
+            ..Default::default()
+        };
+        Ok(self
+            .sessions
+            .clone()
+            .create_session(req)
+            .await?
+            .into_inner())
+    }
+
+    /// Checks that a session exists and the caller may use it.
+    pub async fn get_session(&self, id: &str) -> Result<proto::Session, tonic::Status> {
+        let req = proto::GetSessionRequest {
+            session_id: id.to_owned(),
+        };
+        Ok(self.sessions.clone().get_session(req).await?.into_inner())
+    }
+
+    /// Closes a session (read-only from then on).
+    pub async fn close_session(&self, id: &str) -> Result<(), tonic::Status> {
+        let req = proto::CloseSessionRequest {
+            session_id: id.to_owned(),
+        };
+        self.sessions.clone().close_session(req).await?;
+        Ok(())
+    }
+
+    /// One page of a session's payloads.
+    pub async fn list(
+        &self,
+        session: &str,
+        page_token: String,
+    ) -> Result<proto::ListPayloadsResponse, tonic::Status> {
+        let req = proto::ListPayloadsRequest {
+            session_id: session.to_owned(),
+            page_size: 200,
+            page_token,
+        };
+        Ok(self.payloads.clone().list_payloads(req).await?.into_inner())
+    }
+
+    /// A payload's metadata.
+    pub async fn stat(&self, id: &str) -> Result<proto::Payload, tonic::Status> {
+        let req = proto::PayloadRequest {
+            payload_id: id.to_owned(),
+        };
+        Ok(self.payloads.clone().stat(req).await?.into_inner())
+    }
+
+    /// A payload's structure.
+    pub async fn inspect(&self, id: &str) -> Result<proto::Structure, tonic::Status> {
+        let req = proto::PayloadRequest {
+            payload_id: id.to_owned(),
+        };
+        Ok(self.payloads.clone().inspect(req).await?.into_inner())
+    }
+
+    /// Searches a session's payloads.
+    pub async fn search(
+        &self,
+        req: proto::SearchRequest,
+    ) -> Result<proto::SearchResponse, tonic::Status> {
+        Ok(self.payloads.clone().search(req).await?.into_inner())
+    }
+
+    /// Reads part of a payload.
+    pub async fn read(
+        &self,
+        req: proto::ReadRequest,
+    ) -> Result<proto::ReadResponse, tonic::Status> {
+        Ok(self.payloads.clone().read(req).await?.into_inner())
+    }
+
+    /// Runs a script.
+    pub async fn exec(&self, req: proto::ExecRequest) -> Result<proto::ExecResult, tonic::Status> {
+        Ok(self.codemode.clone().exec(req).await?.into_inner())
+    }
+
+    /// Recalls an archived original.
+    pub async fn recall(
+        &self,
+        session: &str,
+        key: &str,
+    ) -> Result<proto::RecallResponse, tonic::Status> {
+        let req = proto::RecallRequest {
+            session_id: session.to_owned(),
+            key: key.to_owned(),
+        };
+        Ok(self.context.clone().recall(req).await?.into_inner())
+    }
+
+    /// One turn of results through the offload decision.
+    pub async fn offload(
+        &self,
+        req: proto::OffloadRequest,
+    ) -> Result<proto::OffloadResponse, tonic::Status> {
+        Ok(self.payloads.clone().offload(req).await?.into_inner())
+    }
+
+    /// Streams `data` into a payload, chunk by chunk, without copying it
+    /// whole again.
+    pub async fn upload(
+        &self,
+        header: proto::UploadHeader,
+        data: bytes::Bytes,
+    ) -> Result<proto::Payload, tonic::Status> {
+        let (tx, rx) = mpsc::channel(4);
+        let feeder = tokio::spawn(async move {
+            let first = proto::UploadChunk {
+                chunk: Some(proto::upload_chunk::Chunk::Header(header)),
+            };
+            if tx.send(first).await.is_err() {
+                return;
+            }
+            let mut at = 0;
+            while at < data.len() {
+                let end = (at + UPLOAD_CHUNK).min(data.len());
+                let chunk = proto::UploadChunk {
+                    chunk: Some(proto::upload_chunk::Chunk::Data(data.slice(at..end))),
+                };
+                if tx.send(chunk).await.is_err() {
+                    return;
+                }
+                at = end;
+            }
+        });
+        let result = self
+            .payloads
+            .clone()
+            .upload(ReceiverStream::new(rx))
+            .await
+            .map(tonic::Response::into_inner);
+        feeder.abort();
+        result
+    }
+}
