@@ -9,6 +9,10 @@
 # recursion runs off the end of the shadow stack and traps. quickjs.c is compiled
 # from a copy without that branch; src/main.rs then sets the limit, and deep
 # recursion is a catchable RangeError.
+#
+# One addition: spillway_js_seed_random(ctx, seed), appended to the copy, sets the
+# context's Math.random state (a private field). The image is pre-initialized
+# (Wizer) with its context made at build time, so each run reseeds it.
 set -euo pipefail
 args=()
 for a in "$@"; do
@@ -22,6 +26,14 @@ for a in "$@"; do
         echo "cc-wasm32-wasip1.sh: the QuickJS stack-limit patch no longer applies to $a" >&2
         exit 1
       fi
+      cat >>"$patched" <<'EOF'
+
+/* Spillway: reseed Math.random (the context was made at image build time). */
+void spillway_js_seed_random(JSContext *ctx, uint64_t seed)
+{
+    ctx->random_state = seed ? seed : 1;
+}
+EOF
       args+=("$patched")
       ;;
     *) args+=("$a") ;;

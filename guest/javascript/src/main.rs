@@ -4,11 +4,17 @@
 //! The user's script (/spillway/script) runs as a global script, after
 //! src/prelude.js has set up the globals (see guest/README.md).
 //!
+//! `make images` pre-initializes the image with Wizer: `wizer-initialize`
+//! builds the runtime, the context and the prelude's globals, and the image
+//! starts from that snapshot. Each run then only reseeds `Math.random`,
+//! restarts `performance`, and binds its payloads and arguments.
+//!
 //! Exit codes: 0 success, 1 uncaught exception or unhandled rejection,
 //! 3 the script does not compile; `process.exit(n)` exits n.
 
 use rquickjs::{Context, Ctx, Exception, Function, Object, Persistent, Runtime, Value, qjs};
 use std::cell::RefCell;
+use std::hash::{BuildHasher, Hasher};
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, BufWriter, Write};
@@ -30,6 +36,82 @@ thread_local! {
     /// rejected promises without a handler (yet), with the formatted reason
     static REJECTIONS: RefCell<Vec<(Persistent<Value<'static>>, String)>> = const { RefCell::new(Vec::new()) };
     static INSPECT: RefCell<Option<Persistent<Function<'static>>>> = const { RefCell::new(None) };
+    /// The runtime, context and prelude: from the snapshot when the image was
+    /// pre-initialized, else built by `main`.
+    static ENGINE: RefCell<Option<Engine>> = const { RefCell::new(None) };
+}
+
+unsafe extern "C" {
+    /// cc-wasm32-wasip1.sh appends it to quickjs.c: sets the context's
+    /// `Math.random` state (private to quickjs.c) to `seed`.
+    fn spillway_js_seed_random(ctx: *mut qjs::JSContext, seed: u64);
+}
+
+/// A ready QuickJS: runtime, context, and the prelude's `bind`.
+struct Engine {
+    rt: Runtime,
+    context: Context,
+    bind: Persistent<Function<'static>>,
+}
+
+/// The runtime, the context and the prelude's globals: everything that does
+/// not depend on the run. Pure computation except for one clock read (QuickJS
+/// seeds `Math.random` and `performance` from it, both redone per run by
+/// `per_run`).
+fn new_engine() -> Result<Engine, String> {
+    let rt = Runtime::new().map_err(|e| format!("QuickJS runtime: {e}"))?;
+    rt.set_max_stack_size(JS_STACK);
+    rt.set_host_promise_rejection_tracker(Some(Box::new(|ctx, promise, reason, handled| {
+        if handled {
+            REJECTIONS.with(|r| {
+                r.borrow_mut()
+                    .retain(|(p, _)| p.clone().restore(&ctx).ok() != Some(promise.clone()))
+            });
+        } else {
+            let msg = uncaught(&ctx, reason, "Uncaught (in promise)");
+            REJECTIONS.with(|r| r.borrow_mut().push((Persistent::save(&ctx, promise), msg)));
+        }
+    })));
+    let context = Context::full(&rt).map_err(|e| format!("QuickJS context: {e}"))?;
+    let bind = context.with(|ctx| {
+        setup(&ctx).map_err(|e| match e {
+            rquickjs::Error::Exception => uncaught(&ctx, ctx.catch(), "javascript: setup failed:"),
+            e => format!("javascript: setup failed: {e}"),
+        })
+    })?;
+    rt.run_gc();
+    Ok(Engine { rt, context, bind })
+}
+
+/// Wizer's initialization function (guest/build-images.sh): the engine into the
+/// snapshot. Wizer links only a fixed clock (time 0) and traps on any other WASI
+/// call, so the snapshot holds nothing of the machine that built it.
+#[unsafe(export_name = "wizer-initialize")]
+pub extern "C" fn wizer_initialize() {
+    match new_engine() {
+        Ok(engine) => ENGINE.with(|e| *e.borrow_mut() = Some(engine)),
+        Err(msg) => {
+            eprintln!("{msg}");
+            std::process::abort()
+        }
+    }
+}
+
+/// What a snapshot must not share between runs: a fresh `Math.random` seed (from
+/// WASI's random source, through std's `RandomState`), `performance` with this
+/// run's time origin, and QuickJS's stack top at this run's stack pointer.
+fn per_run(ctx: &Ctx<'_>) {
+    let seed = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    let raw = ctx.as_raw().as_ptr();
+    // SAFETY: a valid context of this thread; the functions only set fields of
+    // the context and runtime, and define `performance` on the global object.
+    unsafe {
+        spillway_js_seed_random(raw, seed);
+        qjs::JS_AddPerformance(raw);
+        qjs::JS_UpdateStackTop(qjs::JS_GetRuntime(raw));
+    }
 }
 
 fn flush_stdout() -> io::Result<()> {
@@ -201,11 +283,14 @@ fn uncaught<'js>(ctx: &Ctx<'js>, v: Value<'js>, prefix: &str) -> String {
     }
 }
 
-fn setup<'js>(ctx: &Ctx<'js>, payloads: String, args: Vec<String>) -> rquickjs::Result<()> {
+/// Runs the prelude; returns its `bind`.
+fn setup<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<Persistent<Function<'static>>> {
     let prelude: Function = ctx.eval(include_str!("prelude.js"))?;
-    let inspect: Function = prelude.call((natives(ctx)?, payloads, args))?;
+    let exports: Object = prelude.call((natives(ctx)?,))?;
+    let inspect: Function = exports.get("inspect")?;
+    let bind: Function = exports.get("bind")?;
     INSPECT.with(|i| *i.borrow_mut() = Some(Persistent::save(ctx, inspect)));
-    Ok(())
+    Ok(Persistent::save(ctx, bind))
 }
 
 /// Compile the script (3 on a syntax error), then run it (1 on an uncaught exception).
@@ -279,23 +364,21 @@ fn main() -> ExitCode {
         }
     };
 
-    let rt = Runtime::new().expect("QuickJS runtime");
-    rt.set_max_stack_size(JS_STACK);
-    rt.set_host_promise_rejection_tracker(Some(Box::new(|ctx, promise, reason, handled| {
-        if handled {
-            REJECTIONS.with(|r| {
-                r.borrow_mut()
-                    .retain(|(p, _)| p.clone().restore(&ctx).ok() != Some(promise.clone()))
-            });
-        } else {
-            let msg = uncaught(&ctx, reason, "Uncaught (in promise)");
-            REJECTIONS.with(|r| r.borrow_mut().push((Persistent::save(&ctx, promise), msg)));
+    let engine = match ENGINE.with(|e| e.borrow_mut().take()).map_or_else(new_engine, Ok) {
+        Ok(engine) => engine,
+        Err(msg) => {
+            eprintln!("{msg}");
+            return ExitCode::from(1);
         }
-    })));
-    let context = Context::full(&rt).expect("QuickJS context");
+    };
+    let Engine { rt, context, bind } = engine;
 
     let status = context.with(|ctx| {
-        if let Err(e) = setup(&ctx, payloads, args) {
+        per_run(&ctx);
+        let bound = bind
+            .restore(&ctx)
+            .and_then(|bind| bind.call::<_, ()>((payloads, args)));
+        if let Err(e) = bound {
             let detail = match e {
                 rquickjs::Error::Exception => {
                     uncaught(&ctx, ctx.catch(), "javascript: setup failed:")

@@ -1,8 +1,9 @@
 // Spillway's JavaScript globals, set up before the user's script runs.
-// Called once with the native functions (src/main.rs), the text of
-// /spillway/payloads.json and the user's arguments; returns `inspect`,
-// which formats uncaught values.
-(function (native, payloadsText, argv) {
+// Called once with the native functions (src/main.rs), at image build time
+// when the image is pre-initialized (Wizer); returns `inspect`, which formats
+// uncaught values, and `bind`, which each run calls with the text of
+// /spillway/payloads.json and the user's arguments.
+(function (native) {
   'use strict';
   const g = globalThis;
   const define = (name, value) =>
@@ -77,9 +78,6 @@
   define('console', console);
   define('print', out);
 
-  define('payloads', JSON.parse(payloadsText));
-  define('args', argv.slice());
-
   define('readText', function readText(path) {
     return native.readText(String(path));
   });
@@ -131,13 +129,21 @@
   });
 
   // a little of Node's `process`, for scripts written for Node
-  define('process', {
-    argv: ['javascript', '/spillway/script', ...argv],
+  const process = {
+    argv: ['javascript', '/spillway/script'],
     env: {},
     exit: (code) => native.exit(code === undefined ? 0 : Number(code) | 0),
     stdout: { write: (s) => (native.write(1, String(s)), true) },
     stderr: { write: (s) => (native.write(2, String(s)), true) },
-  });
+  };
+  define('process', process);
 
-  return inspect;
+  // per run: what this run was given
+  function bind(payloadsText, argv) {
+    define('payloads', JSON.parse(payloadsText));
+    define('args', argv.slice());
+    process.argv.push(...argv);
+  }
+
+  return { inspect, bind };
 });

@@ -400,11 +400,37 @@ fn real_main(cli: Cli) -> u8 {
     0
 }
 
+type Defs = Vec<load::parse::Def<&'static str>>;
+
+thread_local! {
+    /// The standard library (jaq-core's, jaq-std's and jaq-json's definitions), parsed.
+    /// Filled by `wizer-initialize` when `make images` pre-initializes the image, so
+    /// a run takes it from the snapshot instead of lexing and parsing it again.
+    static STD_DEFS: RefCell<Option<Defs>> = const { RefCell::new(None) };
+}
+
+fn parse_std_defs() -> Defs {
+    jaq_core::defs()
+        .chain(jaq_std::defs())
+        .chain(jaq_json::defs())
+        .collect()
+}
+
+/// Wizer's initialization function (guest/build-images.sh): parse the standard
+/// library into the snapshot. Pure computation: no WASI call, so the snapshot
+/// holds nothing of the machine that built it.
+#[unsafe(export_name = "wizer-initialize")]
+pub extern "C" fn wizer_initialize() {
+    let defs = parse_std_defs();
+    STD_DEFS.with(|d| *d.borrow_mut() = Some(defs));
+}
+
 fn compile_filter(code: &str, vars: &[String]) -> Result<jaq_core::Filter<DataKind>, String> {
     let arena = load::Arena::default();
-    let defs = jaq_core::defs()
-        .chain(jaq_std::defs())
-        .chain(jaq_json::defs());
+    // from the snapshot (taken: each instance runs once), else parsed now
+    let defs = STD_DEFS
+        .with(|d| d.borrow_mut().take())
+        .unwrap_or_else(parse_std_defs);
     let loader = load::Loader::new(defs);
     let file = load::File { path: (), code };
     let modules = loader
