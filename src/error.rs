@@ -44,7 +44,7 @@ pub enum ApiError {
     #[error("{0}")]
     Denied(String),
     /// The target exists but the caller may not know it: reported as not found.
-    #[error("{kind} {id} not found")]
+    #[error("{kind} {id} not found{}", crate::ids::not_found_next(kind))]
     Hidden {
         /// "session" or "payload".
         kind: &'static str,

@@ -11,11 +11,39 @@ const HEX_LEN: usize = 32;
 
 /// Why a string is not a valid ID of the expected kind.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("malformed {kind} ID {shown:?}: expected \"{prefix}\" followed by 32 lowercase hex digits")]
+#[error("malformed {kind} ID {shown:?}: expected \"{prefix}\" followed by 32 lowercase hex digits{hint}")]
 pub struct IdError {
     kind: &'static str,
     prefix: &'static str,
     shown: String,
+    hint: &'static str,
+}
+
+/// What to do next when an ID names nothing the caller can see, by kind
+/// ("session", "payload"): appended to "KIND ID not found".
+pub fn not_found_next(kind: &str) -> &'static str {
+    match kind {
+        "payload" => {
+            "; check the ID against ListPayloads (spillway ls --session S), which lists the payloads you can read, or store the data again"
+        }
+        "session" => {
+            "; check the ID against ListSessions, which lists the sessions you can use, or start a new one with CreateSession"
+        }
+        _ => "; check the ID",
+    }
+}
+
+/// A recall key (`<<ccr:KEY>>` or its 16 hex digits) given where an ID
+/// belongs.
+fn recall_key_hint(s: &str) -> &'static str {
+    let t = s.trim();
+    let bare = t.trim_start_matches("<<ccr:").trim_end_matches(">>");
+    let is_key = bare.len() == 16 && bare.bytes().all(|b| b.is_ascii_hexdigit());
+    if t.starts_with("<<ccr:") || is_key {
+        "; that is a recall key from a <<ccr:KEY>> marker, not an ID: pass it to Recall (spillway_recall, or `spillway context recall`), which returns the archived result whole"
+    } else {
+        ""
+    }
 }
 
 fn random_hex() -> String {
@@ -36,6 +64,7 @@ fn parse(s: &str, kind: &'static str, prefix: &'static str) -> Result<String, Id
         Err(IdError {
             kind,
             prefix,
+            hint: recall_key_hint(s),
             shown,
         })
     }
@@ -139,5 +168,19 @@ mod tests {
         assert!(PayloadId::parse("").is_err());
         let err = ReceiptId::parse("rcpt_nope").unwrap_err().to_string();
         assert!(err.contains("rcpt_"), "{err}");
+    }
+
+    /// A `<<ccr:…>>` marker pasted into Read gets pointed at Recall.
+    #[test]
+    fn a_recall_key_given_as_an_id_is_pointed_at_recall() {
+        let err = PayloadId::parse("<<ccr:0123456789abcdef>>")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "malformed payload ID \"<<ccr:0123456789abcdef>>\": expected \"pl_\" followed by 32 lowercase hex digits; that is a recall key from a <<ccr:KEY>> marker, not an ID: pass it to Recall (spillway_recall, or `spillway context recall`), which returns the archived result whole"
+        );
+        assert!(PayloadId::parse("0123456789abcdef").unwrap_err().to_string().contains("pass it to Recall"));
+        assert!(!PayloadId::parse("pl_nope").unwrap_err().to_string().contains("Recall"));
     }
 }

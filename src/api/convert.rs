@@ -291,6 +291,13 @@ pub fn search(r: crate::service::SearchReply) -> proto::SearchResponse {
                 line: m.hit.line,
                 before: m.hit.before,
                 after: m.hit.after,
+                match_offset: m.hit.match_offset,
+                match_length: m.hit.match_length,
+                column: m.hit.match_offset - m.hit.byte_offset,
+                windowed: m.hit.window.is_some(),
+                window_start: m.hit.window.map_or(0, |w| w.0),
+                window_end: m.hit.window.map_or(0, |w| w.1),
+                json_path: m.hit.json_path,
             })
             .collect(),
         total_matches_seen: r.total_matches_seen,

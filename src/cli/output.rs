@@ -274,14 +274,28 @@ pub fn structure(s: &proto::Structure) {
     }
 }
 
-/// Search matches, grep-style: `payload:line: text`, context with `-`.
+/// Search matches, grep-style: `payload:line: text`, context with `-`; a
+/// window of a long line as `payload:line@match_offset json_path: window`.
 pub fn search(r: &proto::SearchResponse) {
     for m in &r.matches {
         let first = m.line_number.saturating_sub(m.before.len() as u64);
         for (i, b) in m.before.iter().enumerate() {
             println!("{}-{}- {b}", m.payload_id, first + i as u64);
         }
-        println!("{}:{}: {}", m.payload_id, m.line_number, m.line);
+        if m.windowed {
+            // A window of a long line: where the match is, and its JSON path.
+            let path = if m.json_path.is_empty() {
+                String::new()
+            } else {
+                format!(" {}", m.json_path)
+            };
+            println!(
+                "{}:{}@{}{path}: {}",
+                m.payload_id, m.line_number, m.match_offset, m.line
+            );
+        } else {
+            println!("{}:{}: {}", m.payload_id, m.line_number, m.line);
+        }
         for (i, a) in m.after.iter().enumerate() {
             println!("{}-{}- {a}", m.payload_id, m.line_number + 1 + i as u64);
         }

@@ -99,6 +99,18 @@ pub fn marker(key: &str) -> String {
     format!("<<ccr:{key}>>")
 }
 
+/// The one line an old result is cleared to: what it was, and how to get
+/// it back.
+pub fn cleared_stub(info: &ArchiveInfo) -> String {
+    format!(
+        "[Old tool result cleared — {}, {}, {}; Recall with this marker returns it whole] {}",
+        count_of(info.lines, "line"),
+        count_of(info.chars, "char"),
+        info.kind,
+        marker(&info.key)
+    )
+}
+
 /// Finds a recall key in compacted text.
 pub fn find_marker(content: &str) -> Option<&str> {
     let start = content.find("<<ccr:")? + 6;
@@ -310,13 +322,7 @@ fn microcompact<A: Archive>(
                 continue;
             }
             let info = original(&content, &tool, archive, report)?;
-            let stub = format!(
-                "[Old tool result cleared — {}, {}, {}] {}",
-                count_of(info.lines, "line"),
-                count_of(info.chars, "char"),
-                info.kind,
-                marker(&info.key)
-            );
+            let stub = cleared_stub(&info);
             report.summarized += 1;
             report.chars_saved += current.saturating_sub(chars(&stub));
             *content_mut(messages, mi, bi) = stub;
@@ -330,7 +336,7 @@ fn microcompact<A: Archive>(
             };
             let info = original(&content, &tool, archive, report)?;
             let new = format!(
-                "{}\n[... {} chars omitted from old tool result ...]\n{}\n{}",
+                "{}\n[... {} chars omitted from old tool result ...]\n{}\nRecall returns the whole result: {}",
                 c.head,
                 group(c.omitted),
                 c.tail,
@@ -434,10 +440,19 @@ mod tests {
             cleared.starts_with("[Old tool result cleared — 204 lines, "),
             "{cleared}"
         );
-        assert!(cleared.contains(", Go source] <<ccr:"), "{cleared}");
+        // The stub says how to get the result back, not only that it went.
+        assert!(
+            cleared.contains(", Go source; Recall with this marker returns it whole] <<ccr:"),
+            "{cleared}"
+        );
         let truncated = content(&out, 3);
         assert!(
             truncated.contains("chars omitted from old tool result ...]"),
+            "{truncated}"
+        );
+        let key = find_marker(truncated).unwrap();
+        assert!(
+            truncated.ends_with(&format!("\nRecall returns the whole result: <<ccr:{key}>>")),
             "{truncated}"
         );
         assert_eq!(truncated.matches("<<ccr:").count(), 1);

@@ -3,6 +3,8 @@
 //! - [`detect`]: content-type detection, shared by previews, Inspect and
 //!   history compaction.
 //! - [`jsonscan`]: a bounded structural scan of JSON for previews.
+//! - [`jsonpath`]: the JSON path of an offset in a one-line document, for
+//!   search hits.
 //! - [`structure`]: streaming structure inference (Inspect).
 //! - [`cache`]: inferred structures by content hash, so the same bytes are
 //!   inferred once.
@@ -10,6 +12,7 @@
 
 pub mod cache;
 pub mod detect;
+pub mod jsonpath;
 pub mod jsonscan;
 pub mod search;
 pub mod structure;

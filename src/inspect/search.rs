@@ -5,17 +5,23 @@
 use std::io::{self, Read};
 use std::time::Instant;
 
+use super::jsonpath::Tracker;
+use crate::text::group;
+
+use grep_matcher::Matcher as _;
 use grep_regex::RegexMatcherBuilder;
 use grep_searcher::{
     BinaryDetection, SearcherBuilder, Sink, SinkContext, SinkContextKind, SinkMatch,
 };
 
-/// Longest line returned in a match or context; longer lines are cut with a
-/// marker that says how much was left out.
+/// Longest line returned whole in a match or context; a longer line is
+/// shown as a window around each match (context lines: their start), with
+/// markers that say how many bytes were left out.
 pub const MAX_LINE_CHARS: usize = 500;
-/// Most bytes of matched and context lines one call returns, so a reply
-/// stays well inside the response message limit.
-pub const MAX_REPLY_BYTES: usize = 4 << 20;
+/// Most bytes of matched and context lines one call returns, counting
+/// [`HIT_OVERHEAD`] per hit, so a reply stays under a default client's
+/// 4 MiB receive limit.
+pub const MAX_REPLY_BYTES: usize = 3 << 20;
 /// Compiled regex size limit (bytes).
 const REGEX_SIZE_LIMIT: usize = 10 << 20;
 /// Lazy DFA cache limit (bytes).
@@ -34,20 +40,39 @@ pub struct Query {
     pub context_lines: usize,
 }
 
-/// One matching line.
+/// One match: a whole line, or for a line longer than [`MAX_LINE_CHARS`],
+/// a window around the match.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hit {
     /// 1-based line number.
     pub line_number: u64,
     /// Byte offset of the line's start.
     pub byte_offset: u64,
-    /// The line, without its terminator, possibly cut.
+    /// Byte offset of the match itself.
+    pub match_offset: u64,
+    /// Length of the match in bytes.
+    pub match_length: u64,
+    /// The line without its terminator, or the window around the match
+    /// with markers counting the bytes left out on either side.
     pub line: String,
+    /// For a long line, the window shown: `[start, end)` in payload bytes.
+    pub window: Option<(u64, u64)>,
+    /// The JSON path (jq syntax) of the innermost value holding the match,
+    /// when the line is one JSON document (minified, or an NDJSON record).
+    pub json_path: String,
     /// Context before.
     pub before: Vec<String>,
     /// Context after.
     pub after: Vec<String>,
 }
+
+/// Bytes of a long line shown before a match.
+pub const WINDOW_BEFORE: usize = 160;
+/// Bytes of a long line shown in all, around a match.
+pub const WINDOW_BYTES: usize = 480;
+/// Lines up to this many bytes are shown whole when they have at most
+/// [`MAX_LINE_CHARS`] characters.
+const WHOLE_LINE_BYTES: usize = 4 * MAX_LINE_CHARS;
 
 /// Why a query could not run.
 #[derive(Debug, thiserror::Error)]
@@ -115,7 +140,7 @@ pub fn search_file(
     #[allow(unsafe_code)]
     let mmap = unsafe { grep_searcher::MmapChoice::auto() };
     let mut searcher = builder(c).memory_map(mmap).build();
-    let mut sink = Collector::new(hits, budget, *bytes_left, Some(deadline));
+    let mut sink = Collector::new(&c.matcher, hits, budget, *bytes_left, Some(deadline));
     searcher.search_file(&c.matcher, file, &mut sink)?;
     *bytes_left = sink.bytes_left;
     Ok((sink.stop(), sink.seen))
@@ -133,7 +158,7 @@ pub fn search_reader<R: Read>(
 ) -> Result<(Stop, u64), SearchError> {
     let mut searcher = builder(c).build();
     // The reader itself enforces the deadline.
-    let mut sink = Collector::new(hits, budget, *bytes_left, None);
+    let mut sink = Collector::new(&c.matcher, hits, budget, *bytes_left, None);
     let reader = DeadlineReader {
         inner: reader,
         deadline,
@@ -148,6 +173,7 @@ pub fn search_reader<R: Read>(
 }
 
 struct Collector<'a> {
+    matcher: &'a grep_regex::RegexMatcher,
     hits: &'a mut Vec<Hit>,
     budget: usize,
     seen: u64,
@@ -174,12 +200,14 @@ fn builder(c: &Compiled) -> SearcherBuilder {
 
 impl<'a> Collector<'a> {
     fn new(
+        matcher: &'a grep_regex::RegexMatcher,
         hits: &'a mut Vec<Hit>,
         budget: usize,
         bytes_left: usize,
         deadline: Option<Instant>,
     ) -> Self {
         Self {
+            matcher,
             hits,
             budget,
             seen: 0,
@@ -218,29 +246,61 @@ impl Sink for Collector<'_> {
     ) -> Result<bool, io::Error> {
         let mut offset = mat.absolute_byte_offset();
         for (number, line) in (mat.line_number().unwrap_or(0)..).zip(mat.lines()) {
-            self.seen += 1;
-            if self.hits.len() >= self.budget {
-                self.capped = true;
-                return Ok(false);
-            }
-            if self.deadline.is_some_and(|d| Instant::now() >= d) {
-                self.timed_out = true;
-                return Ok(false);
-            }
-            let shown = show_line(line);
-            let size = shown.len() + self.pending_before.iter().map(String::len).sum::<usize>();
-            if size > self.bytes_left {
-                self.out_of_bytes = true;
-                return Ok(false);
-            }
-            self.bytes_left -= size;
-            self.hits.push(Hit {
-                line_number: number,
-                byte_offset: offset,
-                line: shown,
-                before: std::mem::take(&mut self.pending_before),
-                after: Vec::new(),
+            let text = trim_terminator(line);
+            let long = is_long(text);
+            // Where the matches are: every match of a long line is a hit of
+            // its own; a short line is one hit, at its first match.
+            let mut spans = Vec::new();
+            let _ = self.matcher.find_iter(text, |m| {
+                spans.push((m.start(), m.end()));
+                long
             });
+            if spans.is_empty() {
+                // The searcher saw a match the span finder did not (an
+                // empty match at the end); report the line start.
+                spans.push((0, 0));
+            }
+            let mut path = Tracker::applies(text).then(Tracker::new);
+            for (start, end) in spans {
+                self.seen += 1;
+                if self.hits.len() >= self.budget {
+                    self.capped = true;
+                    return Ok(false);
+                }
+                if self.deadline.is_some_and(|d| Instant::now() >= d) {
+                    self.timed_out = true;
+                    return Ok(false);
+                }
+                let (shown, window) = if long {
+                    let (s, e, shown) = window(text, start, end);
+                    (shown, Some((offset + s as u64, offset + e as u64)))
+                } else {
+                    (String::from_utf8_lossy(text).into_owned(), None)
+                };
+                let size = HIT_OVERHEAD
+                    + shown.len()
+                    + self.pending_before.iter().map(String::len).sum::<usize>();
+                if size > self.bytes_left {
+                    self.out_of_bytes = true;
+                    return Ok(false);
+                }
+                self.bytes_left -= size;
+                let json_path = path
+                    .as_mut()
+                    .and_then(|t| t.path_at(text, start))
+                    .unwrap_or_default();
+                self.hits.push(Hit {
+                    line_number: number,
+                    byte_offset: offset,
+                    match_offset: offset + start as u64,
+                    match_length: (end - start) as u64,
+                    line: shown,
+                    window,
+                    json_path,
+                    before: std::mem::take(&mut self.pending_before),
+                    after: Vec::new(),
+                });
+            }
             offset += line.len() as u64;
         }
         Ok(true)
@@ -273,21 +333,60 @@ impl Sink for Collector<'_> {
     }
 }
 
-/// A line for display: terminator dropped, invalid UTF-8 replaced, and cut
-/// to [`MAX_LINE_CHARS`] with a marker.
-fn show_line(bytes: &[u8]) -> String {
+/// Reply bytes counted for each hit beyond its text: the fields and
+/// framing of one match in the reply message.
+pub const HIT_OVERHEAD: usize = 128;
+
+fn trim_terminator(bytes: &[u8]) -> &[u8] {
     let bytes = bytes.strip_suffix(b"\n").unwrap_or(bytes);
-    let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
-    let text = String::from_utf8_lossy(bytes);
-    let total = text.chars().count();
-    if total <= MAX_LINE_CHARS {
-        return text.into_owned();
+    bytes.strip_suffix(b"\r").unwrap_or(bytes)
+}
+
+/// Whether a line is shown as windows around its matches rather than whole.
+fn is_long(text: &[u8]) -> bool {
+    text.len() > WHOLE_LINE_BYTES
+        || (text.len() > MAX_LINE_CHARS && String::from_utf8_lossy(text).chars().count() > MAX_LINE_CHARS)
+}
+
+/// The window of a long line around the match `[start, end)`: up to
+/// [`WINDOW_BEFORE`] bytes before it and [`WINDOW_BYTES`] in all (a longer
+/// match is cut), never splitting a UTF-8 character, with markers counting
+/// what was left out. Returns the window's bounds within the line too.
+fn window(text: &[u8], start: usize, end: usize) -> (usize, usize, String) {
+    let end = end.min(start + WINDOW_BYTES);
+    let mut s = start.saturating_sub(WINDOW_BEFORE);
+    let mut e = (s + WINDOW_BYTES).max(end).min(text.len());
+    if e - s < WINDOW_BYTES {
+        s = e.saturating_sub(WINDOW_BYTES).min(s);
     }
-    let head: String = text.chars().take(MAX_LINE_CHARS).collect();
-    format!(
-        "{head}…[{} more chars on this line; Read the line range for all of it]",
-        total - MAX_LINE_CHARS
-    )
+    let continuation = |b: u8| b & 0xC0 == 0x80;
+    while s < start && continuation(text[s]) {
+        s += 1;
+    }
+    while e < text.len() && e > end && continuation(text[e]) {
+        e -= 1;
+    }
+    let mut shown = String::new();
+    if s > 0 {
+        shown.push_str(&format!("[…{} bytes before] ", group(s as u64)));
+    }
+    shown.push_str(&String::from_utf8_lossy(&text[s..e]));
+    if e < text.len() {
+        shown.push_str(&format!(" […{} bytes after]", group((text.len() - e) as u64)));
+    }
+    (s, e, shown)
+}
+
+/// A context line for display: terminator dropped, invalid UTF-8
+/// replaced, and cut to [`MAX_LINE_CHARS`] with a marker.
+fn show_line(bytes: &[u8]) -> String {
+    let bytes = trim_terminator(bytes);
+    if !is_long(bytes) {
+        return String::from_utf8_lossy(bytes).into_owned();
+    }
+    let (_, e, shown) = window(bytes, 0, 0);
+    debug_assert!(e <= bytes.len());
+    shown
 }
 
 /// Fails reads once the deadline has passed, which stops the searcher.
@@ -375,7 +474,7 @@ mod tests {
         let c = compile(&q("x")).unwrap();
         let text = format!("{}\n", "x".repeat(400)).repeat(100);
         let mut hits = Vec::new();
-        let mut left = 1000;
+        let mut left = 2 * (400 + HIT_OVERHEAD) + 100;
         let (stop, _) = search_reader(
             &c,
             text.as_bytes(),
@@ -386,7 +485,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!((stop, hits.len()), (Stop::Bytes, 2));
-        assert!(left < 400);
+        assert_eq!(left, 100);
     }
 
     #[test]
@@ -423,16 +522,62 @@ mod tests {
     }
 
     #[test]
-    fn binary_content_is_skipped_and_long_lines_are_cut() {
+    fn binary_content_is_skipped_and_long_lines_show_a_window_at_the_match() {
         let (_, stop, _) = run(&q("a"), b"a\x00b\na\n", 10);
         assert_eq!(stop, Stop::Binary);
         let long = format!("{}needle{}\n", "x".repeat(300), "y".repeat(900));
         let (hits, _, _) = run(&q("needle"), long.as_bytes(), 10);
-        assert!(
-            hits[0].line.contains("more chars on this line"),
-            "{}",
-            hits[0].line
+        let h = &hits[0];
+        assert_eq!((h.byte_offset, h.match_offset, h.match_length), (0, 300, 6));
+        assert_eq!(h.window, Some((140, 620)));
+        assert_eq!(
+            h.line,
+            format!(
+                "[…140 bytes before] {}needle{} […586 bytes after]",
+                "x".repeat(160),
+                "y".repeat(314)
+            )
         );
-        assert!(hits[0].line.chars().count() < 600);
+        assert!(!h.line.contains("line range"), "{}", h.line);
+    }
+
+    /// An 8 MB minified array is one line: each match is a hit of its own,
+    /// at its own offset, with its JSON path, and a window around it.
+    #[test]
+    fn every_match_in_a_one_line_json_array_is_a_hit_with_offset_window_and_path() {
+        let records: Vec<String> = (0..60_000)
+            .map(|i| {
+                let login = if i % 20_000 == 3812 { "needle" } else { "someone" };
+                format!("{{\"id\":{i},\"title\":\"a pull request title {i}\",\"user\":{{\"login\":\"{login}\"}}}}")
+            })
+            .collect();
+        let doc = format!("[{}]", records.join(","));
+        assert!(doc.len() > 3_000_000);
+        let (hits, stop, seen) = run(&q("needle"), doc.as_bytes(), 10);
+        assert_eq!((stop, seen, hits.len()), (Stop::Done, 3, 3));
+        let paths: Vec<&str> = hits.iter().map(|h| h.json_path.as_str()).collect();
+        assert_eq!(paths, [".[3812].user.login", ".[23812].user.login", ".[43812].user.login"]);
+        for h in &hits {
+            let at = h.match_offset as usize;
+            assert_eq!(&doc[at..at + 6], "needle");
+            assert_eq!((h.line_number, h.byte_offset), (1, 0));
+            let (s, e) = h.window.unwrap();
+            assert!(s < h.match_offset && e > h.match_offset + 6 && e - s <= WINDOW_BYTES as u64);
+            assert!(h.line.contains("needle") && h.line.chars().count() < 560, "{}", h.line);
+            assert!(h.line.contains(&doc[s as usize..e as usize]));
+        }
+    }
+
+    #[test]
+    fn a_window_never_splits_a_character_and_short_lines_stay_whole() {
+        let long = format!("{}needle{}\n", "€".repeat(400), "€".repeat(400));
+        let (hits, _, _) = run(&q("needle"), long.as_bytes(), 10);
+        let (s, e) = hits[0].window.unwrap();
+        assert!(long.is_char_boundary(s as usize) && long.is_char_boundary(e as usize));
+        assert!(hits[0].line.contains("€€needle€€"), "{}", hits[0].line);
+        let (hits, _, _) = run(&q("b"), b"{\"a\":\"b\"}\nabc\n", 10);
+        assert_eq!(hits[0].line, "{\"a\":\"b\"}");
+        assert_eq!((hits[0].window, hits[0].json_path.as_str()), (None, ".a"));
+        assert_eq!((hits[1].match_offset, hits[1].json_path.as_str()), (11, ""));
     }
 }

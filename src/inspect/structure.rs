@@ -148,7 +148,7 @@ pub fn infer<R: Read>(
     };
     if kind == Kind::Binary {
         s.summary = format!(
-            "Binary data, {}; Inspect cannot describe it. Read byte ranges, or Exec a wasm module to decode it.",
+            "Binary data, {}; Inspect cannot describe it and Search skips it. Read byte ranges of it, or decode it with an Exec python script that opens its /payloads path with open(path, 'rb').",
             count_of(size, "byte")
         );
         return Ok(s);

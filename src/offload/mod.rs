@@ -23,7 +23,8 @@ use crate::store::records::PayloadRecord;
 use crate::store::{Store, StoreError, UploadMeta, base_name};
 use decide::{Disposition, Item};
 use estimate::{Estimate, Estimator};
-use notice::{NoticeFacts, Why};
+use crate::inspect::detect::Kind;
+use notice::{NoticeFacts, Shape, Why};
 use preview::{Preview, Style};
 
 /// The `[offload]` config section: the server's defaults.
@@ -321,7 +322,7 @@ pub fn offload_turn(
             crate::guest::guest_path(&base_name("", &r.tool_name, &r.tool_call_id, "json"));
         let text = notice::render_in(
             settings.dialect,
-            &draft_facts(r, estimates[i], &draft_path),
+            &draft_facts(r, estimates[i], &draft_path, p.kind == Kind::Binary),
             why(Disposition::PerCall, settings, &r.tool_name),
             &p.render(&draft_path, DRAFT_ID),
         );
@@ -412,6 +413,7 @@ fn store_and_describe(
             lines: record.line_count,
             tokens: (estimates[i].tokens, estimates[i].lower_bound),
             content_type: &record.content_type,
+            shape: Shape::of(p.kind == Kind::Binary, record.line_count),
         };
         let content = notice::render_in(
             settings.dialect,
@@ -440,7 +442,14 @@ fn why(d: Disposition, settings: &Settings, tool: &str) -> Why {
     }
 }
 
-fn draft_facts<'a>(r: &'a ToolResult, e: Estimate, path: &'a str) -> NoticeFacts<'a> {
+fn draft_facts<'a>(
+    r: &'a ToolResult,
+    e: Estimate,
+    path: &'a str,
+    binary: bool,
+) -> NoticeFacts<'a> {
+    let newlines = memchr::memchr_iter(b'\n', &r.content).count() as u64;
+    let lines = newlines + u64::from(!r.content.is_empty() && !r.content.ends_with(b"\n"));
     NoticeFacts {
         tool_name: &r.tool_name,
         tool_call_id: &r.tool_call_id,
@@ -448,9 +457,10 @@ fn draft_facts<'a>(r: &'a ToolResult, e: Estimate, path: &'a str) -> NoticeFacts
         payload_id: DRAFT_ID,
         path,
         size: r.content.len() as u64,
-        lines: memchr::memchr_iter(b'\n', &r.content).count() as u64 + 1,
+        lines,
         tokens: (e.tokens, e.lower_bound),
         content_type: &r.content_type,
+        shape: Shape::of(binary, lines),
     }
 }
 

@@ -37,6 +37,32 @@ pub struct NoticeFacts<'a> {
     pub tokens: (u64, bool),
     /// Content type.
     pub content_type: &'a str,
+    /// Its shape, which decides the next steps offered.
+    pub shape: Shape,
+}
+
+/// The shape of a stored result, as far as the next steps care.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// Text of several lines: line ranges work.
+    Lines,
+    /// Text on one line (minified JSON, say): a line range is all of it.
+    OneLine,
+    /// Not text: Search skips it.
+    Binary,
+}
+
+impl Shape {
+    /// The shape of content that is (or is not) text, of `lines` lines.
+    pub fn of(binary: bool, lines: u64) -> Shape {
+        if binary {
+            Shape::Binary
+        } else if lines <= 1 {
+            Shape::OneLine
+        } else {
+            Shape::Lines
+        }
+    }
 }
 
 /// Whose tool names a notice's next steps use.
@@ -86,13 +112,16 @@ pub fn render_in(dialect: Dialect, f: &NoticeFacts<'_>, why: Why, preview: &str)
         "[Saved to file] {tool}{call} returned {what} of {at_least}{} tokens, {reason}, so it was saved whole instead of shown.",
         group(f.tokens.0)
     );
+    let lines = match f.shape {
+        Shape::Binary => "binary".to_owned(),
+        _ => count_of(f.lines, "line"),
+    };
     let _ = writeln!(
         n,
-        "Handle {} at {}: {}, {}, {}.",
+        "Handle {} at {}: {}, {lines}, {}.",
         f.payload_id,
         f.path,
         count_of(f.size, "byte"),
-        count_of(f.lines, "line"),
         if f.content_type.is_empty() {
             "unknown type"
         } else {
@@ -104,25 +133,47 @@ pub fn render_in(dialect: Dialect, f: &NoticeFacts<'_>, why: Why, preview: &str)
     if !preview.ends_with('\n') {
         n.push('\n');
     }
-    if dialect == Dialect::Mcp {
-        let _ = write!(
+    let id = f.payload_id;
+    let path = f.path;
+    let _ = match (dialect, f.shape) {
+        (Dialect::Grpc, Shape::Lines) => write!(
+            n,
+            "Next: 1) Inspect {id}; 2) confirm shape and count; 3) Search it or Read line ranges; \
+4) filter or group with Exec (jq, javascript, python) on its path; 5) print only the evidence; 6) keep the handle."
+        ),
+        (Dialect::Grpc, Shape::OneLine) => write!(
+            n,
+            "Next: 1) Inspect {id}; 2) confirm shape and count; 3) Search it (hits give byte offsets and JSON paths) \
+or Read byte ranges (it is one line, so no line ranges); \
+4) filter or group with Exec (jq, javascript, python) on its path; 5) print only the evidence; 6) keep the handle."
+        ),
+        (Dialect::Grpc, Shape::Binary) => write!(
+            n,
+            "Next: 1) Read byte ranges of {id} (Search skips binary data); \
+2) decode it with Exec python, opening its path with open(path, 'rb'); 3) print only the evidence; 4) keep the handle."
+        ),
+        (Dialect::Mcp, Shape::Lines) => write!(
             n,
             "Next: 1) spillway_inspect {{\"payload_id\": \"{id}\"}}; 2) confirm shape and count; \
 3) spillway_search {{\"pattern\": \"...\", \"payload_ids\": [\"{id}\"]}} or spillway_read {{\"payload_id\": \"{id}\", \"start_line\": 1, \"end_line\": 50}}; \
 4) filter or group with spillway_exec {{\"runtime\": \"jq\", \"script\": \"...\", \"payload_ids\": [\"{id}\"]}} (or javascript, python; the file is {path}); \
-5) print only the evidence; 6) keep the handle.",
-            id = f.payload_id,
-            path = f.path
-        );
-        return n;
-    }
-    let _ = write!(
-        n,
-        "Next: 1) Inspect {id}; 2) confirm shape and count; 3) Search it or Read line ranges; \
-4) filter or group with Exec (jq, javascript, python) on {path}; 5) print only the evidence; 6) keep the handle.",
-        id = f.payload_id,
-        path = f.path
-    );
+5) print only the evidence; 6) keep the handle."
+        ),
+        (Dialect::Mcp, Shape::OneLine) => write!(
+            n,
+            "Next: 1) spillway_inspect {{\"payload_id\": \"{id}\"}}; 2) confirm shape and count; \
+3) spillway_search {{\"pattern\": \"...\", \"payload_ids\": [\"{id}\"]}} (hits give byte offsets and JSON paths) \
+or spillway_read {{\"payload_id\": \"{id}\", \"offset\": 0, \"length\": 4096}} (it is one line, so no line ranges); \
+4) filter or group with spillway_exec {{\"runtime\": \"jq\", \"script\": \"...\", \"payload_ids\": [\"{id}\"]}} (or javascript, python; the file is {path}); \
+5) print only the evidence; 6) keep the handle."
+        ),
+        (Dialect::Mcp, Shape::Binary) => write!(
+            n,
+            "Next: 1) spillway_read {{\"payload_id\": \"{id}\", \"offset\": 0, \"length\": 4096}} (spillway_search skips binary data); \
+2) decode it with spillway_exec {{\"runtime\": \"python\", \"script\": \"...\", \"payload_ids\": [\"{id}\"]}}, opening {path} with open(path, 'rb'); \
+3) print only the evidence; 4) keep the handle."
+        ),
+    };
     n
 }
 
@@ -141,6 +192,7 @@ mod tests {
             lines: 4210,
             tokens: (48_310, false),
             content_type: "application/json",
+            shape: Shape::Lines,
         }
     }
 
@@ -225,6 +277,34 @@ mod tests {
         );
         assert!(tokens < 600, "{tokens} tokens:\n{n}");
     }
+
+    /// A wide case: a one-line array of records with 24 long keys, with an
+    /// Anthropic-style call ID, still fits the budget (the structure line
+    /// cuts the key list; the fixed text grows only with the names).
+    #[test]
+    fn a_one_line_notice_of_wide_records_is_under_600_tokens() {
+        use crate::offload::preview::{Style, build};
+        let record: String = (0..24)
+            .map(|k| format!("\"a_rather_long_field_name_number_{k:02}_of_this_record\":{k}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let json = format!("[{}]", vec![format!("{{{record}}}"); 3000].join(","));
+        let mut f = facts();
+        f.tool_call_id = "toolu_01A09q90qw90lq917835lq9";
+        f.path = "/payloads/github_list_prs-toolu_01A09q90qw90lq917835lq9.json";
+        f.lines = 1;
+        f.shape = Shape::OneLine;
+        let preview = build(json.as_bytes(), "application/json", Style::Structured, None)
+            .render(f.path, f.payload_id);
+        let n = render(&f, Why::PerCall(6000), &preview);
+        let tokens = crate::offload::estimate::estimate_text(
+            &n,
+            crate::offload::estimate::Estimator::Chars4,
+        );
+        assert!(tokens < 600, "{tokens} tokens:\n{n}");
+        assert!(n.contains("of 3 000 records"), "{n}");
+        assert!(!n.contains("Read line ranges"), "{n}");
+    }
 }
 
 /// Notices as the model reads them, for review: `tests/fixtures/notices.txt`
@@ -281,6 +361,7 @@ mod fixture {
                 lines: 1,
                 tokens: ((prs.len() as u64).div_ceil(4), false),
                 content_type: "application/json",
+                shape: Shape::OneLine,
             },
             Why::PerCall(6000),
             Style::Structured,
@@ -299,6 +380,7 @@ mod fixture {
                 lines: 3000,
                 tokens: (4200, false),
                 content_type: "text/plain",
+                shape: Shape::Lines,
             },
             Why::Aggregate(10_000),
             Style::Lines,
@@ -317,9 +399,40 @@ mod fixture {
                 lines: 500,
                 tokens: (6100, true),
                 content_type: "text/plain; charset=utf-8",
+                shape: Shape::Lines,
             },
             Why::PerCall(6000),
             Style::Edges,
+        );
+        let wasm: Vec<u8> = (0..40_000u32).flat_map(|i| i.wrapping_mul(2_654_435_761).to_le_bytes()).collect();
+        out += &sample(
+            "per-call, binary",
+            &wasm,
+            "application/octet-stream",
+            NoticeFacts {
+                tool_name: "fetch_artifact",
+                tool_call_id: "call_9",
+                is_error: false,
+                payload_id: id,
+                path: "/payloads/fetch_artifact-call_9.bin",
+                size: wasm.len() as u64,
+                lines: 795,
+                tokens: (40_000, false),
+                content_type: "application/octet-stream",
+                shape: Shape::Binary,
+            },
+            Why::PerCall(6000),
+            Style::Structured,
+        );
+        // What a compacted history leaves of an old result.
+        out += &format!(
+            "===== compaction stub, cleared\n{}\n",
+            crate::context::compact::cleared_stub(&crate::context::compact::ArchiveInfo {
+                key: "0123456789abcdef".into(),
+                lines: 1,
+                chars: 164_736,
+                kind: "JSON array".into(),
+            })
         );
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/notices.txt");
         if std::env::var_os("SPILLWAY_UPDATE_FIXTURES").is_some() {

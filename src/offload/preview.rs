@@ -10,8 +10,11 @@ use crate::inspect::detect::{self, Kind};
 use crate::inspect::jsonscan::{self, Top};
 use crate::text::{count_of, group};
 
-/// Bytes of a JSON payload scanned for its record count and keys.
-const JSON_SCAN_BYTES: usize = 1 << 20;
+/// Bytes of a JSON payload scanned for its record count and keys: the
+/// scan is linear and the content is already in memory, so every result up
+/// to the default stdout ceiling is counted exactly (as Inspect counts it);
+/// past this, the count is a lower bound that names the counted prefix.
+const JSON_SCAN_BYTES: usize = 64 << 20;
 
 /// A preview style.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -182,7 +185,7 @@ pub fn build(content: &[u8], content_type: &str, style: Style, chars: Option<usi
     let Ok(text) = std::str::from_utf8(content) else {
         return Preview {
             structure: Some(format!(
-                "Structure: binary data, {} bytes; no text preview. Read byte ranges or run an Exec script to look inside.",
+                "Structure: binary data, {} bytes; no text preview.",
                 group(content.len() as u64)
             )),
             head: String::new(),
@@ -193,10 +196,13 @@ pub fn build(content: &[u8], content_type: &str, style: Style, chars: Option<usi
     let (structure, cut) = match style {
         Style::Edges => (None, cut_edges(text, budget / 2)),
         Style::Lines => (None, cut_lines(text, budget * 4 / 5, budget / 5)),
-        Style::Structured => (
-            Some(structure_line(content, text, kind)),
-            cut_lines(text, budget * 2 / 3, budget / 3),
-        ),
+        // The structure line counts against the budget, so a wide record's
+        // key list cannot push the notice past its token bound.
+        Style::Structured => {
+            let line = structure_line(content, text, kind);
+            let rest = budget.saturating_sub(line.chars().count()).max(budget / 2);
+            (Some(line), cut_lines(text, rest * 2 / 3, rest / 3))
+        }
     };
     match cut {
         None => Preview {
@@ -235,7 +241,8 @@ fn structure_line(content: &[u8], text: &str, kind: Kind) -> String {
                     } else {
                         "keys"
                     };
-                    let _ = write!(s, "; {label}: {}", shape.keys.join(", "));
+                    let keys: Vec<&str> = shape.keys.iter().map(String::as_str).collect();
+                    let _ = write!(s, "; {label}: {}", key_list(&keys));
                 }
                 if let Some(at) = shape.invalid_at {
                     let _ = write!(s, "; invalid JSON at byte {at}");
@@ -248,7 +255,7 @@ fn structure_line(content: &[u8], text: &str, kind: Kind) -> String {
             let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
             if let Ok(serde_json::Value::Object(map)) = serde_json::from_str(first) {
                 let keys: Vec<&str> = map.keys().take(24).map(String::as_str).collect();
-                let _ = write!(s, "; keys of the first record: {}", keys.join(", "));
+                let _ = write!(s, "; keys of the first record: {}", key_list(&keys));
             }
         }
         Kind::Csv | Kind::Tsv => {
@@ -269,6 +276,25 @@ fn structure_line(content: &[u8], text: &str, kind: Kind) -> String {
         count_of(count_chars(text), "char")
     );
     s
+}
+
+/// Chars of key names listed in a structure line, so wide records do not
+/// push a notice past its token budget.
+const MAX_KEY_LIST_CHARS: usize = 120;
+
+/// Keys, comma-separated, within [`MAX_KEY_LIST_CHARS`]; the rest counted.
+fn key_list(keys: &[&str]) -> String {
+    let mut out = String::new();
+    for (i, k) in keys.iter().enumerate() {
+        let sep = if i == 0 { "" } else { ", " };
+        if out.chars().count() + sep.len() + k.chars().count() > MAX_KEY_LIST_CHARS {
+            let _ = write!(out, "{sep}… ({} more)", keys.len() - i);
+            break;
+        }
+        out.push_str(sep);
+        out.push_str(k);
+    }
+    out
 }
 
 fn line_count(content: &[u8]) -> u64 {
@@ -396,20 +422,33 @@ mod tests {
         );
     }
 
+    /// A 3 MB array used to be counted in its first 1 MiB only ("≥4 686
+    /// records" where Inspect counted 37 243): a result in memory is
+    /// counted whole, and only a bigger one gets a lower bound that names
+    /// the prefix it counted.
     #[test]
-    fn structured_huge_array_reports_a_lower_bound() {
-        let json = format!(
-            "[{}]",
-            (0..200_000)
-                .map(|i| format!("{{\"id\":{i}}}"))
-                .collect::<Vec<_>>()
-                .join(",")
-        );
+    fn structured_large_arrays_are_counted_exactly_and_huge_ones_name_the_prefix() {
+        let array = |n: usize, pad: usize| {
+            format!(
+                "[{}]",
+                (0..n)
+                    .map(|i| format!("{{\"id\":{i},\"p\":\"{}\"}}", "x".repeat(pad)))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )
+        };
+        let json = array(37_243, 70);
+        assert!(json.len() > 3 << 20);
         let s = build(json.as_bytes(), "", Style::Structured, None)
             .structure
             .unwrap();
-        assert!(s.contains("of ≥"), "{s}");
-        assert!(s.contains("counted in the first 1 MiB"), "{s}");
+        assert!(s.starts_with("Structure: JSON array of 37 243 records;"), "{s}");
+        let json = array(700_000, 90);
+        assert!(json.len() > JSON_SCAN_BYTES);
+        let s = build(json.as_bytes(), "", Style::Structured, None)
+            .structure
+            .unwrap();
+        assert!(s.contains("of ≥") && s.contains("records (counted in the first 64 MiB)"), "{s}");
     }
 
     #[test]

@@ -146,13 +146,23 @@ fn judge_ending(
                 bytes(ceiling.memory_bytes)
             ),
         ),
+        Ending::OutputLimit("stdout") if limits.max_stdout_bytes < ceiling.max_stdout_bytes => {
+            verdict(
+                Status::OutputLimit,
+                -1,
+                format!(
+                    "stdout passed the limit of {} this request set (limits.max_stdout_bytes) and the script was stopped, so its output is incomplete and was not kept as a payload. Print a summary or fewer fields instead, or raise limits.max_stdout_bytes (up to {}, or leave it 0 for the ceiling): output within the limit that is too large to show is offloaded as a payload",
+                    bytes(limits.max_stdout_bytes),
+                    bytes(ceiling.max_stdout_bytes)
+                ),
+            )
+        }
         Ending::OutputLimit("stdout") => verdict(
             Status::OutputLimit,
             -1,
             format!(
-                "stdout passed its limit of {} and the script was stopped, so its output is incomplete and was not kept as a payload. Print a summary instead, write bulk results to /out with keep_outputs, or raise limits.max_stdout_bytes (up to {})",
+                "stdout passed {}, the most one Exec may print (the policy's exec_ceiling.max_stdout_bytes), and the script was stopped as a runaway, so its output is incomplete and was not kept as a payload. Print a summary, counts or fewer fields instead, or write bulk results to /out with keep_outputs",
                 bytes(limits.max_stdout_bytes),
-                bytes(ceiling.max_stdout_bytes)
             ),
         ),
         Ending::OutputLimit(stream) => verdict(
@@ -202,6 +212,24 @@ fn judge_ending(
             verdict(Status::Trap, -1, format!("{runtime} guest trapped: {why}"))
         }
     }
+}
+
+/// A guest's stderr as the model should read it: the Rust panic hint
+/// ("run with `RUST_BACKTRACE=1`", which a model cannot do) is dropped, and
+/// jq's usage text after a bad flag is cut to the error line and a pointer
+/// to `--help`, so a typo does not cost hundreds of tokens.
+pub fn tidy_stderr(runtime: &str, stderr: &str) -> String {
+    let mut out: String = stderr
+        .split_inclusive('\n')
+        .filter(|l| !l.contains("RUST_BACKTRACE"))
+        .collect();
+    if runtime == "jq"
+        && let Some(at) = out.find("\nusage: jq [OPTIONS]")
+    {
+        out.truncate(at);
+        out.push_str("\n(jq's usage text left out: run jq with args [\"--help\"] for the list of flags)\n");
+    }
+    out
 }
 
 fn format_secs(ms: u64) -> String {
@@ -284,6 +312,57 @@ mod tests {
             v.message,
             "timed out after 10 s; narrow the input with Search or a smaller range first, or raise limits.timeout_ms (up to 300 000)"
         );
+    }
+
+    /// The exact words the model reads when stdout is stopped: below the
+    /// ceiling the request's own limit is to blame and can be raised; at
+    /// the ceiling the output is a runaway.
+    #[test]
+    fn a_stdout_stop_says_which_limit_and_what_to_do_next() {
+        let asked = ExecLimits {
+            max_stdout_bytes: 2 << 20,
+            ..ExecLimits::DEFAULTS
+        };
+        let v = judge(
+            "jq",
+            true,
+            &outcome(Ending::OutputLimit("stdout")),
+            &asked,
+            &ExecLimits::CEILING,
+            SCRATCH,
+        );
+        assert_eq!(v.status, Status::OutputLimit);
+        assert_eq!(
+            v.message,
+            "stdout passed the limit of 2 MiB this request set (limits.max_stdout_bytes) and the script was stopped, so its output is incomplete and was not kept as a payload. Print a summary or fewer fields instead, or raise limits.max_stdout_bytes (up to 64 MiB, or leave it 0 for the ceiling): output within the limit that is too large to show is offloaded as a payload"
+        );
+        let v = judge(
+            "jq",
+            true,
+            &outcome(Ending::OutputLimit("stdout")),
+            &ExecLimits::CEILING,
+            &ExecLimits::CEILING,
+            SCRATCH,
+        );
+        assert_eq!(
+            v.message,
+            "stdout passed 64 MiB, the most one Exec may print (the policy's exec_ceiling.max_stdout_bytes), and the script was stopped as a runaway, so its output is incomplete and was not kept as a payload. Print a summary, counts or fewer fields instead, or write bulk results to /out with keep_outputs"
+        );
+    }
+
+    #[test]
+    fn stderr_loses_the_backtrace_hint_and_jqs_usage_text() {
+        let panic = "memory allocation of 1073741824 bytes failed\nnote: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n";
+        assert_eq!(
+            tidy_stderr("jq", panic),
+            "memory allocation of 1073741824 bytes failed\n"
+        );
+        let usage = "jq: error: unknown option: --slurpy\nusage: jq [OPTIONS] [--args STRING...]\n\nThe filter is the script; ...\n  -n, --null-input  ...\n";
+        assert_eq!(
+            tidy_stderr("jq", usage),
+            "jq: error: unknown option: --slurpy\n(jq's usage text left out: run jq with args [\"--help\"] for the list of flags)\n"
+        );
+        assert_eq!(tidy_stderr("python", "Traceback ...\n"), "Traceback ...\n");
     }
 
     #[test]

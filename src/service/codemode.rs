@@ -142,6 +142,16 @@ impl Service {
             self.refusal(p, Rpc::Exec, resolved, sid, "").await?
         };
         let ceiling = ExecLimits::from(policy.exec_ceiling);
+        // A large answer is offloaded like any large tool result, so a
+        // request that names no stdout limit may print up to the ceiling;
+        // only output past it is a flood.
+        let defaults = ExecLimits {
+            max_stdout_bytes: match ceiling.max_stdout_bytes {
+                0 => defaults.max_stdout_bytes,
+                c => c,
+            },
+            ..defaults
+        };
         let resolved = limits::resolve(r.limits, defaults, ceiling);
         let input_ids: Vec<PayloadId> = inputs.iter().map(|(p, _)| p.id.clone()).collect();
         let spec = ExecSpec {
@@ -246,6 +256,7 @@ impl Service {
         {
             stderr = rest.trim_start_matches('\n').to_owned();
         }
+        let mut stderr = outcome::tidy_stderr(runtime, &stderr);
         let mut redacted = RedactCounts::default();
         let (text, counts) = redactor.redact_str(&stderr);
         if !counts.is_empty() {

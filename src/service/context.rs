@@ -168,7 +168,7 @@ impl Service {
                 raw_key.chars().take(40).collect::<String>()
             )));
         }
-        let limit = self.config.limits.read_max_bytes;
+        let limit = super::payloads::read_data_ceiling(self.config.limits.read_max_bytes);
         // Without allow_download, Recall returns no more than a Read may.
         let preview = (!self.effective_policy(&session).await?.allow_download)
             .then(|| self.config.offload.preview_size() as u64);
@@ -212,7 +212,7 @@ fn recall_archived(
     }
     if p.size > limit {
         return Err(ApiError::Limit(format!(
-            "the archived result is {} bytes, over limits.read_max_bytes ({limit}); Read payload {} in ranges, or Search it",
+            "the archived result is {} bytes, more than one Recall returns ({limit} bytes: limits.read_max_bytes less the reply's framing); Read payload {} in byte ranges of at most {limit} bytes, or Search it",
             p.size, p.id
         )));
     }

@@ -468,8 +468,9 @@ impl Service {
         let limits = &self.config.limits;
         let max_bytes = match r.max_bytes {
             0 => limits.read_default_bytes,
-            n => n.min(limits.read_max_bytes),
-        };
+            n => n,
+        }
+        .min(read_data_ceiling(limits.read_max_bytes));
         let spec = r.spec.unwrap_or(ReadSpec::Bytes {
             offset: 0,
             length: 0,
@@ -596,6 +597,18 @@ fn check_header(meta: &UploadMeta) -> ApiResult<()> {
         ));
     }
     Ok(())
+}
+
+/// Bytes of a unary reply kept for everything but its data: the other
+/// fields of a ReadResponse or RecallResponse and their tags and lengths
+/// (at most 73 bytes for a Read), so a reply of `limits.read_max_bytes`
+/// (4 MiB by default) fits a stock client's 4 194 304-byte receive limit.
+pub const REPLY_FRAMING_BYTES: u64 = 256;
+
+/// The most data one Read or Recall returns: `limits.read_max_bytes` less
+/// the reply's framing.
+pub fn read_data_ceiling(read_max_bytes: u64) -> u64 {
+    read_max_bytes.saturating_sub(REPLY_FRAMING_BYTES).max(1)
 }
 
 /// Checks a Search's bounds.
@@ -778,7 +791,7 @@ fn search_session(
             Stop::Bytes => {
                 reply.truncated = true;
                 reply.note = format!(
-                    "stopped at {} MiB of matched lines, the most one reply carries; narrow the pattern, lower context_lines, or Read line ranges around the matches",
+                    "stopped at {} MiB of matched lines, the most one reply carries; narrow the pattern, lower context_lines or max_matches, or Read byte ranges around the matches' match_offset",
                     crate::inspect::search::MAX_REPLY_BYTES >> 20
                 );
                 break;
@@ -798,9 +811,21 @@ fn search_session(
     if !reply.note.is_empty() {
         notes.push(std::mem::take(&mut reply.note));
     }
+    let windowed = reply
+        .matches
+        .iter()
+        .filter(|m| m.hit.window.is_some())
+        .count();
+    if windowed > 0 {
+        notes.push(format!(
+            "{windowed} of the {} matches shown are in lines over {} chars, so each shows a window of its line around the match, not the whole line; to see more, Read a byte range centred on its match_offset (for example offset match_offset-2048, length 4096), or Exec jq on its json_path",
+            reply.matches.len(),
+            crate::inspect::search::MAX_LINE_CHARS
+        ));
+    }
     if !skipped_binary.is_empty() {
         notes.push(format!(
-            "skipped binary payloads (Read byte ranges instead): {}",
+            "skipped binary payloads, which Search does not look into (Read byte ranges of them, or Exec a python script to decode them): {}",
             skipped_binary.join(", ")
         ));
     }

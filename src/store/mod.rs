@@ -71,7 +71,7 @@ pub use sled_engine::SledEngine;
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// No such session, or no such payload.
-    #[error("{kind} {id} not found")]
+    #[error("{kind} {id} not found{}", crate::ids::not_found_next(kind))]
     NotFound {
         /// "session" or "payload".
         kind: &'static str,

@@ -966,3 +966,87 @@ async fn a_closed_sessions_large_stdout_is_cut_to_what_a_reply_holds_and_the_mes
         r.message
     );
 }
+
+/// `.[] | .user` over a big array prints megabytes: an ordinary answer,
+/// larger than a reply should carry inline and well within the ceiling.
+/// With no stdout limit named it is offloaded as a payload with a notice,
+/// not stopped.
+#[tokio::test]
+async fn a_plain_projection_past_the_old_1_mib_default_is_offloaded_with_a_notice() {
+    let server = TestServer::start().await;
+    let records: Vec<String> = (0..40_000)
+        .map(|i| format!("{{\"id\":{i},\"user\":{{\"login\":\"user-{i}\",\"site_admin\":false}},\"body\":\"{}\"}}", "b".repeat(40)))
+        .collect();
+    let data = format!("[{}]", records.join(","));
+    let (sid, input) = session_with(&server, "prs.json", data.as_bytes()).await;
+    let mut req = exec(&sid, "jq", ".[] | .user");
+    req.inputs = vec![input.id.clone()];
+    let r = server
+        .codemode(ALICE)
+        .await
+        .exec(req)
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(status(&r), ExecStatus::Ok, "{}", r.message);
+    let usage = r.usage.clone().unwrap();
+    assert!(usage.stdout_bytes > 1 << 20, "{}", usage.stdout_bytes);
+    let kept = r.stdout_payload.clone().expect("the answer is offloaded");
+    assert_eq!(kept.size_bytes, usage.stdout_bytes);
+    assert_eq!(kept.derived_from, vec![input.id.clone()]);
+    assert!(
+        r.stdout.starts_with("[Saved to file] exec:jq")
+            && r.stdout.contains(&kept.id)
+            && r.stdout.contains("Next: "),
+        "{}",
+        r.stdout
+    );
+    assert!(!r.message.contains("not kept"), "{}", r.message);
+}
+
+/// A flood with no limit named runs to the policy's ceiling, and is then
+/// stopped with the typed status and a message naming the ceiling.
+#[tokio::test]
+async fn a_flood_with_no_limit_named_is_stopped_at_the_policy_ceiling() {
+    let server =
+        TestServer::start_with(|c| c.policy.exec_ceiling.max_stdout_bytes = 3 << 20).await;
+    let (sid, _) = session_with(&server, "d.json", b"[1]").await;
+    let r = server
+        .codemode(ALICE)
+        .await
+        .exec(exec(&sid, "python", "while True:\n    print('x' * 8191)"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(status(&r), ExecStatus::OutputLimit, "{}", r.message);
+    assert_eq!(r.usage.unwrap().stdout_bytes, 3 << 20);
+    assert!(r.stdout_payload.is_none());
+    assert!(
+        r.message.starts_with(
+            "stdout passed 3 MiB, the most one Exec may print (the policy's exec_ceiling.max_stdout_bytes), and the script was stopped as a runaway"
+        ),
+        "{}",
+        r.message
+    );
+}
+
+/// A mistyped jq flag costs the model one line, not the usage text.
+#[tokio::test]
+async fn a_bad_jq_flag_shows_the_error_and_a_pointer_to_help_only() {
+    let server = TestServer::start().await;
+    let (sid, _) = session_with(&server, "d.json", b"[1]").await;
+    let mut req = exec(&sid, "jq", ".");
+    req.args = vec!["--slurpy".into()];
+    let r = server
+        .codemode(ALICE)
+        .await
+        .exec(req)
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        r.stderr,
+        "jq: error: unknown option: --slurpy\n(jq's usage text left out: run jq with args [\"--help\"] for the list of flags)\n"
+    );
+    assert!(!r.stderr.contains("RUST_BACKTRACE"));
+}

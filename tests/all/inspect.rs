@@ -313,3 +313,102 @@ async fn max_matches_above_the_ceiling_is_clamped_to_it() {
     assert!(r.truncated);
     assert!(r.note.contains("ceiling 5"), "{}", r.note);
 }
+
+/// The usual shape of a large tool result: an 8 MB minified array on one
+/// line. Each hit says where the match is (byte offset, record path) and
+/// shows a window around the match, not the first 500 chars of the line;
+/// the note's advice (a byte range centred on the hit) works as given.
+#[tokio::test]
+async fn search_inside_an_8_mb_one_line_array_reports_each_match_where_it_is() {
+    let server = TestServer::start().await;
+    let s = create_session(&server, ALICE).await.id;
+    let records: Vec<String> = (0..80_000)
+        .map(|i| {
+            let login = if i == 37_243 { "octocat-42" } else { "someone" };
+            format!(
+                "{{\"id\":{i},\"title\":\"pull request {i} with a longer title\",\"user\":{{\"login\":\"{login}\",\"type\":\"User\"}},\"state\":\"open\"}}"
+            )
+        })
+        .collect();
+    let doc = format!("[{}]", records.join(","));
+    assert!(doc.len() > 8_000_000 && !doc.contains('\n'));
+    let p = stored(&server, &s, "prs.json", "application/json", doc.as_bytes()).await;
+    let mut client = server.payloads(ALICE).await;
+    let r = client
+        .search(proto::SearchRequest {
+            session_id: s.clone(),
+            pattern: "octocat-[0-9]+".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((r.matches.len(), r.total_matches_seen), (1, 1), "{r:?}");
+    let m = &r.matches[0];
+    let at = doc.find("octocat-42").unwrap() as u64;
+    assert_eq!(
+        (m.line_number, m.byte_offset, m.match_offset, m.match_length, m.column),
+        (1, 0, at, 10, at)
+    );
+    assert_eq!(m.json_path, ".[37243].user.login");
+    assert!(m.windowed && m.window_start < at && m.window_end > at + 10);
+    assert!(m.window_end - m.window_start <= 480);
+    assert!(
+        m.line.starts_with(&format!("[…{} bytes before] ", group(m.window_start)))
+            && m.line.contains("\"login\":\"octocat-42\"")
+            && m.line.ends_with(&format!(
+                " […{} bytes after]",
+                group(doc.len() as u64 - m.window_end)
+            )),
+        "{}",
+        m.line
+    );
+    assert_eq!(
+        r.note,
+        "1 of the 1 matches shown are in lines over 500 chars, so each shows a window of its line around the match, not the whole line; to see more, Read a byte range centred on its match_offset (for example offset match_offset-2048, length 4096), or Exec jq on its json_path"
+    );
+    // The advice, followed: a byte range centred on the hit.
+    let read = client
+        .read(proto::ReadRequest {
+            payload_id: p.id.clone(),
+            max_bytes: 0,
+            range: Some(proto::read_request::Range::ByteRange(proto::ByteRange {
+                offset: m.match_offset - 2048,
+                length: 4096,
+            })),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(read.data.len(), 4096);
+    assert!(String::from_utf8_lossy(&read.data).contains("octocat-42"));
+    // Many matches in the one line are hits of their own, up to the cap.
+    let r = client
+        .search(proto::SearchRequest {
+            session_id: s,
+            pattern: "\"login\":\"someone\"".into(),
+            fixed_string: true,
+            max_matches: 50,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.matches.len(), 50);
+    assert!(r.truncated && r.total_matches_seen == 51, "{}", r.total_matches_seen);
+    let paths: Vec<&str> = r.matches[..3].iter().map(|m| m.json_path.as_str()).collect();
+    assert_eq!(paths, [".[0].user", ".[1].user", ".[2].user"]);
+}
+
+/// `1 234 567`.
+fn group(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(' ');
+        }
+        out.push(c);
+    }
+    out
+}

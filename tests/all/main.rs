@@ -7,6 +7,7 @@ mod codemode;
 mod common;
 mod context;
 mod crash;
+mod grpcurl;
 mod hardening;
 mod inspect;
 mod lifecycle;

@@ -461,3 +461,72 @@ async fn a_small_inline_turn_is_not_held_by_nagle() {
         "median Offload took {median:?}: {took:?}"
     );
 }
+
+/// The notice of a 3 MB one-line array counts its records exactly (as
+/// Inspect does) and never offers line ranges; a binary result's notice
+/// offers byte ranges and a Python decoder, never Search, and no line
+/// count. The exact words the model reads are checked.
+#[tokio::test]
+async fn notices_fit_the_shape_one_line_json_and_binary() {
+    let server = TestServer::start().await;
+    let s = create_session(&server, ALICE).await.id;
+    let json = prs(37_243);
+    assert!(json.len() > 3_000_000 && json.len() < 3_600_000, "{}", json.len());
+    let binary: Vec<u8> = (0..100_000u32)
+        .flat_map(|i| i.wrapping_mul(2_654_435_761).to_le_bytes())
+        .collect();
+    let r = offload(
+        &server,
+        &s,
+        vec![
+            result("call_1", "list_prs", &json, "application/json"),
+            result("call_2", "fetch_artifact", &binary, "application/octet-stream"),
+        ],
+        None,
+    )
+    .await
+    .unwrap();
+    let (one_line, bin) = (&r.outcomes[0], &r.outcomes[1]);
+    let p = one_line.payload.as_ref().unwrap();
+    assert!(
+        one_line.content.contains("\nStructure: JSON array of 37 243 records; "),
+        "{}",
+        one_line.content
+    );
+    assert!(
+        one_line.content.ends_with(&format!(
+            "\nNext: 1) Inspect {}; 2) confirm shape and count; 3) Search it (hits give byte offsets and JSON paths) or Read byte ranges (it is one line, so no line ranges); 4) filter or group with Exec (jq, javascript, python) on its path; 5) print only the evidence; 6) keep the handle.",
+            p.id
+        )),
+        "{}",
+        one_line.content
+    );
+    let inspected = server
+        .payloads(ALICE)
+        .await
+        .inspect(proto::PayloadRequest {
+            payload_id: p.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(inspected.json.unwrap().record_count, 37_243);
+    let b = bin.payload.as_ref().unwrap();
+    assert!(
+        bin.content.contains(&format!(
+            "Handle {} at {}: 400 000 bytes, binary, application/octet-stream.\n",
+            b.id, b.path
+        )),
+        "{}",
+        bin.content
+    );
+    assert!(
+        bin.content.ends_with(&format!(
+            "\nNext: 1) Read byte ranges of {} (Search skips binary data); 2) decode it with Exec python, opening its path with open(path, 'rb'); 3) print only the evidence; 4) keep the handle.",
+            b.id
+        )),
+        "{}",
+        bin.content
+    );
+    assert!(!bin.content.contains("line"), "{}", bin.content);
+}

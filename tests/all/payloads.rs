@@ -111,7 +111,69 @@ async fn read_defaults_to_64_kib_and_clamps_to_the_ceiling() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(r.data.len(), 4 << 20);
+    assert_eq!(r.data.len() as u64, (4 << 20) - REPLY_FRAMING);
+}
+
+/// The framing the server keeps out of a Read's data.
+const REPLY_FRAMING: u64 = 256;
+
+/// A stock gRPC client (grpcio, grpc-go, grpc-java, tonic) refuses replies
+/// over 4 194 304 bytes. A Read of the documented 4 MiB maximum, even at the
+/// end of a payload whose offsets need the longest varints, must fit.
+#[tokio::test]
+async fn a_read_of_the_4_mib_maximum_fits_a_default_clients_receive_limit() {
+    use prost::Message as _;
+    let server = TestServer::start().await;
+    let session = create_session(&server, ALICE).await;
+    let mut p = server.payloads(ALICE).await;
+    let data = numbered_lines(400_000);
+    assert!(data.len() > 9 << 20);
+    let stored = upload(&mut p, header(&session.id, "big.ndjson"), &data)
+        .await
+        .unwrap();
+    // The default decoding limit is 4 MiB, as in every stock client.
+    let mut stock = proto::payloads_client::PayloadsClient::with_interceptor(
+        server.channel().await,
+        Bearer(Some(ALICE.into())),
+    );
+    for (max_bytes, range) in [
+        (4 << 20, None),
+        (
+            4 << 20,
+            Some(Range::ByteRange(proto::ByteRange {
+                offset: (data.len() - (4 << 20)) as u64 - 1000,
+                length: 4 << 20,
+            })),
+        ),
+        (
+            8 << 20,
+            Some(Range::LineRange(proto::LineRange {
+                start_line: 200_000,
+                end_line: 400_000,
+            })),
+        ),
+    ] {
+        let r = stock
+            .read(proto::ReadRequest {
+                payload_id: stored.id.clone(),
+                max_bytes,
+                range,
+            })
+            .await
+            .expect("a 4 MiB Read fits a default client")
+            .into_inner();
+        assert!(r.encoded_len() <= 4_194_304, "{} bytes", r.encoded_len());
+        assert!(
+            r.data.len() as u64 <= (4 << 20) - REPLY_FRAMING
+                && r.data.len() as u64 > (4 << 20) - REPLY_FRAMING - 100,
+            "{}",
+            r.data.len()
+        );
+        assert_eq!(
+            &r.data[..],
+            &data[r.start_offset as usize..r.end_offset as usize]
+        );
+    }
 }
 
 #[tokio::test]
@@ -353,6 +415,28 @@ async fn unknown_and_malformed_payload_ids() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::NotFound);
+    // What happened, then what to do next.
+    assert_eq!(
+        err.message(),
+        format!(
+            "payload pl_{} not found; check the ID against ListPayloads (spillway ls --session S), which lists the payloads you can read, or store the data again",
+            "a".repeat(32)
+        )
+    );
+    // A recall marker pasted into Read is pointed at Recall.
+    let err = p
+        .read(proto::ReadRequest {
+            payload_id: "<<ccr:0123456789abcdef>>".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(
+        err.message().ends_with("that is a recall key from a <<ccr:KEY>> marker, not an ID: pass it to Recall (spillway_recall, or `spillway context recall`), which returns the archived result whole"),
+        "{}",
+        err.message()
+    );
     let err = p
         .stat(proto::PayloadRequest {
             payload_id: String::new(),
