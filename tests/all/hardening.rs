@@ -412,11 +412,8 @@ async fn a_tenant_at_its_exec_bound_is_refused_and_another_tenant_still_runs() {
     let mut warm = exec(&theirs, "wasm", spin);
     warm.limits = timeout(100);
     run(&server, MALLORY, warm).await;
-    // Alice's exec without the flood: compiled once, then timed.
+    // Alice's module compiled once, so what is timed below is the exec.
     run(&server, ALICE, exec(&mine, "wasm", TRIVIAL_WAT)).await;
-    let quiet = Instant::now();
-    run(&server, ALICE, exec(&mine, "wasm", TRIVIAL_WAT)).await;
-    let quiet = quiet.elapsed();
     let mut flood = Vec::new();
     for _ in 0..12 {
         let mut c = server.codemode(MALLORY).await;
@@ -436,11 +433,14 @@ async fn a_tenant_at_its_exec_bound_is_refused_and_another_tenant_still_runs() {
         .expect("another tenant's exec is not refused")
         .into_inner();
     assert_eq!(status(&r), ExecStatus::Ok, "{}", r.message);
-    // Not queued behind mallory's spinners (each runs 3 s): within 2x of
-    // the quiet run, plus the jitter of a shared machine.
+    // Not queued behind mallory's spinners: a slot at once, and done well
+    // before they end (they run 3 s, from 0.5 s before). Its latency under
+    // the CPU the spinners share is the tenants scenario's to measure.
+    let queued = r.usage.unwrap().queue_ms;
+    assert!(queued < 100, "alice waited {queued} ms for a slot");
     assert!(
-        took < 2 * quiet + Duration::from_millis(500),
-        "alice took {took:?} during the flood, {quiet:?} without it"
+        took < Duration::from_secs(2),
+        "alice's exec took {took:?} during the flood"
     );
     let mut refused = 0;
     for f in flood {
