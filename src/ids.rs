@@ -11,7 +11,9 @@ const HEX_LEN: usize = 32;
 
 /// Why a string is not a valid ID of the expected kind.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("malformed {kind} ID {shown:?}: expected \"{prefix}\" followed by 32 lowercase hex digits{hint}")]
+#[error(
+    "malformed {kind} ID {shown:?}: expected \"{prefix}\" followed by 32 lowercase hex digits{hint}"
+)]
 pub struct IdError {
     kind: &'static str,
     prefix: &'static str,
@@ -180,7 +182,17 @@ mod tests {
             err,
             "malformed payload ID \"<<ccr:0123456789abcdef>>\": expected \"pl_\" followed by 32 lowercase hex digits; that is a recall key from a <<ccr:KEY>> marker, not an ID: pass it to Recall (spillway_recall, or `spillway context recall`), which returns the archived result whole"
         );
-        assert!(PayloadId::parse("0123456789abcdef").unwrap_err().to_string().contains("pass it to Recall"));
-        assert!(!PayloadId::parse("pl_nope").unwrap_err().to_string().contains("Recall"));
+        assert!(
+            PayloadId::parse("0123456789abcdef")
+                .unwrap_err()
+                .to_string()
+                .contains("pass it to Recall")
+        );
+        assert!(
+            !PayloadId::parse("pl_nope")
+                .unwrap_err()
+                .to_string()
+                .contains("Recall")
+        );
     }
 }

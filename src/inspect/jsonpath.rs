@@ -228,7 +228,11 @@ mod tests {
 
     #[test]
     fn too_deep_nesting_gives_no_path() {
-        let doc = format!("{}x{}", "[".repeat(MAX_DEPTH + 1), "]".repeat(MAX_DEPTH + 1));
+        let doc = format!(
+            "{}x{}",
+            "[".repeat(MAX_DEPTH + 1),
+            "]".repeat(MAX_DEPTH + 1)
+        );
         let at = doc.find('x').unwrap();
         assert_eq!(Tracker::new().path_at(doc.as_bytes(), at), None);
         assert!(Tracker::applies(b"  [1]") && !Tracker::applies(b"x[1]"));

@@ -345,7 +345,8 @@ fn trim_terminator(bytes: &[u8]) -> &[u8] {
 /// Whether a line is shown as windows around its matches rather than whole.
 fn is_long(text: &[u8]) -> bool {
     text.len() > WHOLE_LINE_BYTES
-        || (text.len() > MAX_LINE_CHARS && String::from_utf8_lossy(text).chars().count() > MAX_LINE_CHARS)
+        || (text.len() > MAX_LINE_CHARS
+            && String::from_utf8_lossy(text).chars().count() > MAX_LINE_CHARS)
 }
 
 /// The window of a long line around the match `[start, end)`: up to
@@ -372,7 +373,10 @@ fn window(text: &[u8], start: usize, end: usize) -> (usize, usize, String) {
     }
     shown.push_str(&String::from_utf8_lossy(&text[s..e]));
     if e < text.len() {
-        shown.push_str(&format!(" […{} bytes after]", group((text.len() - e) as u64)));
+        shown.push_str(&format!(
+            " […{} bytes after]",
+            group((text.len() - e) as u64)
+        ));
     }
     (s, e, shown)
 }
@@ -556,14 +560,25 @@ mod tests {
         let (hits, stop, seen) = run(&q("needle"), doc.as_bytes(), 10);
         assert_eq!((stop, seen, hits.len()), (Stop::Done, 3, 3));
         let paths: Vec<&str> = hits.iter().map(|h| h.json_path.as_str()).collect();
-        assert_eq!(paths, [".[3812].user.login", ".[23812].user.login", ".[43812].user.login"]);
+        assert_eq!(
+            paths,
+            [
+                ".[3812].user.login",
+                ".[23812].user.login",
+                ".[43812].user.login"
+            ]
+        );
         for h in &hits {
             let at = h.match_offset as usize;
             assert_eq!(&doc[at..at + 6], "needle");
             assert_eq!((h.line_number, h.byte_offset), (1, 0));
             let (s, e) = h.window.unwrap();
             assert!(s < h.match_offset && e > h.match_offset + 6 && e - s <= WINDOW_BYTES as u64);
-            assert!(h.line.contains("needle") && h.line.chars().count() < 560, "{}", h.line);
+            assert!(
+                h.line.contains("needle") && h.line.chars().count() < 560,
+                "{}",
+                h.line
+            );
             assert!(h.line.contains(&doc[s as usize..e as usize]));
         }
     }

@@ -19,11 +19,11 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::SessionId;
+use crate::inspect::detect::Kind;
 use crate::store::records::PayloadRecord;
 use crate::store::{Store, StoreError, UploadMeta, base_name};
 use decide::{Disposition, Item};
 use estimate::{Estimate, Estimator};
-use crate::inspect::detect::Kind;
 use notice::{NoticeFacts, Shape, Why};
 use preview::{Preview, Style};
 
@@ -442,12 +442,7 @@ fn why(d: Disposition, settings: &Settings, tool: &str) -> Why {
     }
 }
 
-fn draft_facts<'a>(
-    r: &'a ToolResult,
-    e: Estimate,
-    path: &'a str,
-    binary: bool,
-) -> NoticeFacts<'a> {
+fn draft_facts<'a>(r: &'a ToolResult, e: Estimate, path: &'a str, binary: bool) -> NoticeFacts<'a> {
     let newlines = memchr::memchr_iter(b'\n', &r.content).count() as u64;
     let lines = newlines + u64::from(!r.content.is_empty() && !r.content.ends_with(b"\n"));
     NoticeFacts {

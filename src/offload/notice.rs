@@ -404,7 +404,9 @@ mod fixture {
             Why::PerCall(6000),
             Style::Edges,
         );
-        let wasm: Vec<u8> = (0..40_000u32).flat_map(|i| i.wrapping_mul(2_654_435_761).to_le_bytes()).collect();
+        let wasm: Vec<u8> = (0..40_000u32)
+            .flat_map(|i| i.wrapping_mul(2_654_435_761).to_le_bytes())
+            .collect();
         out += &sample(
             "per-call, binary",
             &wasm,

@@ -442,13 +442,19 @@ mod tests {
         let s = build(json.as_bytes(), "", Style::Structured, None)
             .structure
             .unwrap();
-        assert!(s.starts_with("Structure: JSON array of 37 243 records;"), "{s}");
+        assert!(
+            s.starts_with("Structure: JSON array of 37 243 records;"),
+            "{s}"
+        );
         let json = array(700_000, 90);
         assert!(json.len() > JSON_SCAN_BYTES);
         let s = build(json.as_bytes(), "", Style::Structured, None)
             .structure
             .unwrap();
-        assert!(s.contains("of ≥") && s.contains("records (counted in the first 64 MiB)"), "{s}");
+        assert!(
+            s.contains("of ≥") && s.contains("records (counted in the first 64 MiB)"),
+            "{s}"
+        );
     }
 
     #[test]

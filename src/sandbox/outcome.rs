@@ -227,7 +227,9 @@ pub fn tidy_stderr(runtime: &str, stderr: &str) -> String {
         && let Some(at) = out.find("\nusage: jq [OPTIONS]")
     {
         out.truncate(at);
-        out.push_str("\n(jq's usage text left out: run jq with args [\"--help\"] for the list of flags)\n");
+        out.push_str(
+            "\n(jq's usage text left out: run jq with args [\"--help\"] for the list of flags)\n",
+        );
     }
     out
 }

@@ -989,7 +989,7 @@ async fn a_plain_projection_past_the_old_1_mib_default_is_offloaded_with_a_notic
         .unwrap()
         .into_inner();
     assert_eq!(status(&r), ExecStatus::Ok, "{}", r.message);
-    let usage = r.usage.clone().unwrap();
+    let usage = r.usage.unwrap();
     assert!(usage.stdout_bytes > 1 << 20, "{}", usage.stdout_bytes);
     let kept = r.stdout_payload.clone().expect("the answer is offloaded");
     assert_eq!(kept.size_bytes, usage.stdout_bytes);
@@ -1008,8 +1008,7 @@ async fn a_plain_projection_past_the_old_1_mib_default_is_offloaded_with_a_notic
 /// stopped with the typed status and a message naming the ceiling.
 #[tokio::test]
 async fn a_flood_with_no_limit_named_is_stopped_at_the_policy_ceiling() {
-    let server =
-        TestServer::start_with(|c| c.policy.exec_ceiling.max_stdout_bytes = 3 << 20).await;
+    let server = TestServer::start_with(|c| c.policy.exec_ceiling.max_stdout_bytes = 3 << 20).await;
     let (sid, _) = session_with(&server, "d.json", b"[1]").await;
     let r = server
         .codemode(ALICE)

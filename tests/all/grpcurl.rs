@@ -71,7 +71,10 @@ async fn grpcurl_lists_every_service_and_calls_an_rpc_with_only_a_token() {
         "spillway.v1.Sessions",
         "grpc.health.v1.Health",
     ] {
-        assert!(names.contains(&service), "{service} missing from:\n{listed}");
+        assert!(
+            names.contains(&service),
+            "{service} missing from:\n{listed}"
+        );
     }
     // Methods are described through reflection too.
     let described = run(&server, &["describe", "spillway.v1.Payloads"]).await;
@@ -94,7 +97,9 @@ async fn grpcurl_lists_every_service_and_calls_an_rpc_with_only_a_token() {
     .await;
     let session: serde_json::Value = serde_json::from_str(&created).expect("JSON reply");
     assert!(
-        session["id"].as_str().is_some_and(|id| id.starts_with("ses_")),
+        session["id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("ses_")),
         "{created}"
     );
     assert_eq!(session["label"], "from grpcurl");

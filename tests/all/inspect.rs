@@ -347,14 +347,21 @@ async fn search_inside_an_8_mb_one_line_array_reports_each_match_where_it_is() {
     let m = &r.matches[0];
     let at = doc.find("octocat-42").unwrap() as u64;
     assert_eq!(
-        (m.line_number, m.byte_offset, m.match_offset, m.match_length, m.column),
+        (
+            m.line_number,
+            m.byte_offset,
+            m.match_offset,
+            m.match_length,
+            m.column
+        ),
         (1, 0, at, 10, at)
     );
     assert_eq!(m.json_path, ".[37243].user.login");
     assert!(m.windowed && m.window_start < at && m.window_end > at + 10);
     assert!(m.window_end - m.window_start <= 480);
     assert!(
-        m.line.starts_with(&format!("[…{} bytes before] ", group(m.window_start)))
+        m.line
+            .starts_with(&format!("[…{} bytes before] ", group(m.window_start)))
             && m.line.contains("\"login\":\"octocat-42\"")
             && m.line.ends_with(&format!(
                 " […{} bytes after]",
@@ -395,8 +402,15 @@ async fn search_inside_an_8_mb_one_line_array_reports_each_match_where_it_is() {
         .unwrap()
         .into_inner();
     assert_eq!(r.matches.len(), 50);
-    assert!(r.truncated && r.total_matches_seen == 51, "{}", r.total_matches_seen);
-    let paths: Vec<&str> = r.matches[..3].iter().map(|m| m.json_path.as_str()).collect();
+    assert!(
+        r.truncated && r.total_matches_seen == 51,
+        "{}",
+        r.total_matches_seen
+    );
+    let paths: Vec<&str> = r.matches[..3]
+        .iter()
+        .map(|m| m.json_path.as_str())
+        .collect();
     assert_eq!(paths, [".[0].user", ".[1].user", ".[2].user"]);
 }
 
@@ -405,7 +419,7 @@ fn group(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::new();
     for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
             out.push(' ');
         }
         out.push(c);

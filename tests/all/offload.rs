@@ -471,7 +471,11 @@ async fn notices_fit_the_shape_one_line_json_and_binary() {
     let server = TestServer::start().await;
     let s = create_session(&server, ALICE).await.id;
     let json = prs(37_243);
-    assert!(json.len() > 3_000_000 && json.len() < 3_600_000, "{}", json.len());
+    assert!(
+        json.len() > 3_000_000 && json.len() < 3_600_000,
+        "{}",
+        json.len()
+    );
     let binary: Vec<u8> = (0..100_000u32)
         .flat_map(|i| i.wrapping_mul(2_654_435_761).to_le_bytes())
         .collect();
@@ -480,7 +484,12 @@ async fn notices_fit_the_shape_one_line_json_and_binary() {
         &s,
         vec![
             result("call_1", "list_prs", &json, "application/json"),
-            result("call_2", "fetch_artifact", &binary, "application/octet-stream"),
+            result(
+                "call_2",
+                "fetch_artifact",
+                &binary,
+                "application/octet-stream",
+            ),
         ],
         None,
     )
@@ -489,7 +498,9 @@ async fn notices_fit_the_shape_one_line_json_and_binary() {
     let (one_line, bin) = (&r.outcomes[0], &r.outcomes[1]);
     let p = one_line.payload.as_ref().unwrap();
     assert!(
-        one_line.content.contains("\nStructure: JSON array of 37 243 records; "),
+        one_line
+            .content
+            .contains("\nStructure: JSON array of 37 243 records; "),
         "{}",
         one_line.content
     );
