@@ -28,6 +28,12 @@ TOOLS = [
             "additionalProperties": False,
         },
     },
+    {"name": "failure", "description": "a large isError result", "inputSchema": {"type": "object"}},
+    {
+        "name": "words",
+        "description": "N lines of words, tagged with TAG",
+        "inputSchema": {"type": "object", "properties": {"n": {"type": "integer"}, "tag": {"type": "string"}, "delay_ms": {"type": "integer"}}},
+    },
     {"name": "picture", "description": "a large PNG-typed image block", "inputSchema": {"type": "object"}},
 ]
 if COLLIDE:
@@ -92,6 +98,15 @@ for raw in sys.stdin.buffer:
                 "content": [{"type": "text", "text": json.dumps({"rows": rows})}],
                 "structuredContent": {"rows": rows},
             })
+        elif name == "failure":
+            lines = [f"Traceback line {i}: frame {i} of a very deep failure" for i in range(20000)]
+            lines.append("END-OF-ERROR-7f3a: the last line of the error")
+            result(id_, {"content": [{"type": "text", "text": "\n".join(lines)}], "isError": True})
+        elif name == "words":
+            n, tag = int(args.get("n", 10)), str(args.get("tag", "w"))
+            time.sleep(int(args.get("delay_ms", 0)) / 1000)
+            text = "\n".join(f"{tag} line {i} alpha beta gamma" for i in range(n))
+            result(id_, {"content": [{"type": "text", "text": text}]})
         elif name == "picture":
             import base64
             data = bytes(range(256)) * 800  # 200 KiB of binary
