@@ -10,6 +10,15 @@
 //!
 //! `make bench` runs it (and installs `jaq`). Each image is compiled (or
 //! loaded from the compile cache) before timing starts.
+//!
+//! `SPILLWAY_BENCH_BASELINE_IMAGES=DIR` adds a before/after table: a second
+//! server runs the images in DIR (say, another checkout's `sandbox-images`),
+//! and jq and JavaScript empty execs alternate between the two in batches, so
+//! both sides see the same machine state. `SPILLWAY_BENCH_SECTIONS` (comma
+//! separated, default `warm,big,jq`) picks the parts: `warm` the empty-script
+//! latencies (and the baseline table), `big` the 50 MB group-by, `jq` the jq
+//! runtime against C jq (Debian's `jq`, what users know) and native jaq on a
+//! `select` over 3 MB of NDJSON and `.[] | .user` over a 35 MB array.
 
 mod common;
 
@@ -137,6 +146,107 @@ fn jaq_binary() -> Option<PathBuf> {
         .map(|_| PathBuf::from("jaq"))
 }
 
+type Code = CodeModeClient<common::Svc>;
+
+/// A code-mode client of `server` and a fresh session on it.
+async fn code_client(server: &mut BenchServer) -> (Code, String) {
+    let a: common::Auth = common::auth;
+    let code = CodeModeClient::with_interceptor(server.channel.clone(), a)
+        .max_decoding_message_size(64 << 20);
+    let session = server
+        .sessions
+        .create_session(proto::CreateSessionRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .id;
+    (code, session)
+}
+
+fn empty_exec(session: &str, runtime: &str) -> proto::ExecRequest {
+    let (_, source, args) = EMPTY.iter().find(|(r, _, _)| *r == runtime).unwrap();
+    proto::ExecRequest {
+        session_id: session.into(),
+        runtime: runtime.into(),
+        source: (*source).into(),
+        args: args.iter().map(|a| a.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+/// Milliseconds of each of `n` execs of `req`: end to end, and the guest's
+/// run as the server timed it.
+async fn exec_ms(code: &mut Code, req: &proto::ExecRequest, n: usize) -> Vec<(f64, f64)> {
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let r = code.exec(req.clone()).await.unwrap().into_inner();
+        let wall = t.elapsed().as_secs_f64() * 1000.0;
+        assert_eq!(r.status, proto::ExecStatus::Ok as i32, "{r:?}");
+        v.push((wall, r.usage.unwrap_or_default().run_us as f64 / 1000.0));
+    }
+    v
+}
+
+/// This build's images (A) against the images in `baseline` (B): empty jq and
+/// JavaScript execs, alternating A and B in batches of 20.
+async fn baseline_table(rounds: usize, code: &mut Code, session: &str, baseline: &Path) {
+    let cache = tempfile::tempdir().unwrap();
+    let mut other = BenchServer::start(|c| {
+        c.sandbox.images_dir = baseline.to_path_buf();
+        c.sandbox.cache_dir = Some(cache.path().to_path_buf());
+    })
+    .await;
+    let (mut code_b, session_b) = code_client(&mut other).await;
+    println!(
+        "\n## Warm exec, empty script: these images against {}\n",
+        baseline.display()
+    );
+    println!("A and B alternate in batches of 20 execs on the same machine state.\n");
+    println!(
+        "| runtime | A p50 | A p99 | B p50 | B p99 | A/B p50 | guest run p50, A / B | runs each |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+    for runtime in ["jq", "javascript"] {
+        let (req_a, req_b) = (
+            empty_exec(session, runtime),
+            empty_exec(&session_b, runtime),
+        );
+        exec_ms(code, &req_a, 10).await;
+        exec_ms(&mut code_b, &req_b, 10).await;
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for _ in 0..(10 * rounds) {
+            a.extend(exec_ms(code, &req_a, 20).await);
+            b.extend(exec_ms(&mut code_b, &req_b, 20).await);
+        }
+        let sorted = |v: &[(f64, f64)], f: fn(&(f64, f64)) -> f64| {
+            let mut x: Vec<f64> = v.iter().map(f).collect();
+            x.sort_by(|p, q| p.partial_cmp(q).unwrap());
+            x
+        };
+        let (aw, bw) = (sorted(&a, |p| p.0), sorted(&b, |p| p.0));
+        let (ar, br) = (sorted(&a, |p| p.1), sorted(&b, |p| p.1));
+        let (a50, b50) = (percentile(&aw, 0.5), percentile(&bw, 0.5));
+        println!(
+            "| {runtime} | {a50:.2} ms | {:.2} ms | {b50:.2} ms | {:.2} ms | {:.2} | {:.2} / {:.2} ms | {} |",
+            percentile(&aw, 0.99),
+            percentile(&bw, 0.99),
+            a50 / b50,
+            percentile(&ar, 0.5),
+            percentile(&br, 0.5),
+            a.len()
+        );
+    }
+    other.stop().await;
+}
+
+fn section(name: &str) -> bool {
+    std::env::var("SPILLWAY_BENCH_SECTIONS")
+        .unwrap_or_else(|_| "warm,big,jq".into())
+        .split(',')
+        .any(|s| s.trim() == name)
+}
+
 #[tokio::main]
 async fn main() {
     let rounds = rounds();
@@ -146,32 +256,33 @@ async fn main() {
         c.sandbox.cache_dir = Some(images.join("build/compile-cache"));
     })
     .await;
-    let a: common::Auth = common::auth;
-    let mut code = CodeModeClient::with_interceptor(server.channel.clone(), a)
-        .max_decoding_message_size(64 << 20);
-    let session = server
-        .sessions
-        .create_session(proto::CreateSessionRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .id;
+    let (mut code, session) = code_client(&mut server).await;
 
     println!("# Code mode ({}, wasmtime 48)\n", machine());
+    if section("warm") {
+        warm_table(rounds, &mut code, &session).await;
+        if let Some(baseline) = std::env::var_os("SPILLWAY_BENCH_BASELINE_IMAGES") {
+            baseline_table(rounds, &mut code, &session, Path::new(&baseline)).await;
+        }
+    }
+    if section("big") {
+        big_tables(rounds, &mut server, &code, &session).await;
+    }
+    if section("jq") {
+        c_jq_table(rounds, &mut server, &code, &session).await;
+    }
+    server.stop().await;
+}
+
+async fn warm_table(rounds: usize, code: &mut Code, session: &str) {
     println!("## Warm exec, empty script, end to end over gRPC\n");
     println!(
         "| runtime | p50 | p99 | max | server-side p50: directory / instantiate / guest run | runs |"
     );
     println!("| --- | --- | --- | --- | --- | --- |");
     let runs = 200 * rounds / 3;
-    for (runtime, source, args) in EMPTY {
-        let req = proto::ExecRequest {
-            session_id: session.clone(),
-            runtime: (*runtime).into(),
-            source: (*source).into(),
-            args: args.iter().map(|a| a.to_string()).collect(),
-            ..Default::default()
-        };
+    for (runtime, _, _) in EMPTY {
+        let req = empty_exec(session, runtime);
         // Warm-up: compiles or loads the image, fills the instance pool.
         for _ in 0..10 {
             let r = code.exec(req.clone()).await.unwrap().into_inner();
@@ -202,15 +313,19 @@ async fn main() {
             p50(|p| p.2)
         );
     }
+}
 
-    // The 50 MB question.
-    let data = ndjson(50_000_000);
-    let path = server.dir.path().join("dump.ndjson");
-    std::fs::write(&path, &data).unwrap();
+/// Uploads `data` as `name` into `session`.
+async fn upload(
+    server: &mut BenchServer,
+    session: &str,
+    name: &str,
+    data: &[u8],
+) -> proto::Payload {
     let header = proto::UploadChunk {
         chunk: Some(proto::upload_chunk::Chunk::Header(proto::UploadHeader {
-            session_id: session.clone(),
-            name: "dump.ndjson".into(),
+            session_id: session.to_owned(),
+            name: name.into(),
             ..Default::default()
         })),
     };
@@ -222,17 +337,155 @@ async fn main() {
             )),
         })
         .collect();
-    let payload = server
+    server
         .payloads
         .upload(tokio_stream::iter(std::iter::once(header).chain(chunks)))
         .await
         .unwrap()
-        .into_inner();
+        .into_inner()
+}
+
+/// `n` records as an API returns them, `{"id", "user", "status", "amount", "tags"}`.
+fn records(n: usize) -> impl Iterator<Item = String> {
+    let statuses = ["open", "closed", "merged", "draft", "stale"];
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    (0..n).map(move |i| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        format!(
+            "{{\"id\":{i},\"user\":\"user{}\",\"status\":\"{}\",\"amount\":{},\"tags\":[\"t{}\",\"t{}\"]}}",
+            x % 5000,
+            statuses[(x >> 8) as usize % 5],
+            (x >> 20) % 10_000,
+            (x >> 32) % 50,
+            (x >> 40) % 50
+        )
+    })
+}
+
+/// The jq runtime against C jq (and native jaq) on the same files.
+async fn c_jq_table(rounds: usize, server: &mut BenchServer, code: &Code, session: &str) {
+    // 100,000 short lines, about 3 MB
+    let statuses = ["open", "closed", "merged", "draft", "stale"];
+    let ndjson: String = (0..100_000)
+        .map(|i| {
+            format!(
+                "{{\"id\":{i},\"status\":\"{}\"}}\n",
+                statuses[(i * 7919) % 5]
+            )
+        })
+        .collect();
+    let array = format!(
+        "[{}]",
+        records(400_000)
+            .map(|r| format!("{r:<85}"))
+            .collect::<Vec<_>>()
+            .join(",\n")
+    );
+    let cases = [
+        (
+            "select over NDJSON",
+            "lines.ndjson",
+            ndjson.as_bytes(),
+            r#"select(.status == "open") | .id"#,
+        ),
+        (
+            ".[] | .user over an array",
+            "array.json",
+            array.as_bytes(),
+            ".[] | .user",
+        ),
+    ];
+    let c_jq = Command::new("jq")
+        .arg("--version")
+        .output()
+        .ok()
+        .filter(|o| o.status.success());
+    let c_jq_version = c_jq.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    let jaq = jaq_binary();
+    println!("\n## The jq runtime against C jq and native jaq (median of {rounds})\n");
+    println!(
+        "End to end over gRPC against a whole `{}` process, and native jaq, on the same file; output to a pipe.\n",
+        c_jq_version
+            .as_deref()
+            .unwrap_or("jq (not installed: apt-get install jq)")
+    );
+    println!(
+        "| case | input | jq runtime | guest run | guest peak memory | C jq | ratio | native jaq | ratio |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    for (what, name, data, filter) in cases {
+        let payload = upload(server, session, name, data).await;
+        let path = server.dir.path().join(name);
+        std::fs::write(&path, data).unwrap();
+        let req = proto::ExecRequest {
+            session_id: session.to_owned(),
+            runtime: "jq".into(),
+            source: filter.into(),
+            args: vec!["-c".into()],
+            inputs: vec![payload.id.clone()],
+            limits: Some(proto::ExecLimits {
+                timeout_ms: 300_000,
+                memory_bytes: 2 << 30,
+                max_stdout_bytes: 64 << 20,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let mut code = code.clone();
+        let (mut wall, mut run, mut peak) = (Vec::new(), Vec::new(), 0);
+        for _ in 0..rounds {
+            let t = Instant::now();
+            let r = code.exec(req.clone()).await.unwrap().into_inner();
+            wall.push(t.elapsed().as_secs_f64());
+            assert_eq!(
+                r.status,
+                proto::ExecStatus::Ok as i32,
+                "{what}: {}",
+                r.message
+            );
+            let u = r.usage.unwrap_or_default();
+            run.push(u.run_us as f64 / 1e6);
+            peak = peak.max(u.peak_memory_bytes);
+        }
+        let (wall, run) = (median(wall), median(run));
+        let reference = |program: &Path| {
+            time_cmd(rounds, || {
+                let mut c = Command::new(program);
+                c.arg("-c").arg(filter).arg(&path);
+                c
+            })
+        };
+        let cell = |t: Option<f64>| match t {
+            Some(t) => format!("{t:.3} s | {:.2}", wall / t),
+            None => "- | -".into(),
+        };
+        let c = c_jq_version
+            .as_ref()
+            .and_then(|_| reference(Path::new("jq")));
+        let n = jaq.as_deref().and_then(reference);
+        println!(
+            "| {what} | {:.1} MB | {wall:.3} s | {run:.3} s | {} MiB | {} | {} |",
+            data.len() as f64 / 1e6,
+            peak >> 20,
+            cell(c),
+            cell(n)
+        );
+    }
+}
+
+/// The 50 MB question.
+async fn big_tables(rounds: usize, server: &mut BenchServer, code: &Code, session: &str) {
+    let data = ndjson(50_000_000);
+    let path = server.dir.path().join("dump.ndjson");
+    std::fs::write(&path, &data).unwrap();
+    let payload = upload(server, session, "dump.ndjson", &data).await;
     drop(data);
 
     let exec_time = |runtime: &str, source: &str, args: &[&str]| {
         let req = proto::ExecRequest {
-            session_id: session.clone(),
+            session_id: session.to_owned(),
             runtime: runtime.into(),
             source: source.into(),
             args: args.iter().map(|a| a.to_string()).collect(),
@@ -318,5 +571,4 @@ async fn main() {
     if let Some(n) = native("python3", "-c", PY_NATIVE_AGG) {
         row(py_name, py, "native python3, for context", n);
     }
-    server.stop().await;
 }

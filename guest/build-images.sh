@@ -6,6 +6,11 @@
 #
 #   guest/build-images.sh [jq] [javascript] [python] [probe]     (default: all)
 #
+# jq and javascript are pre-initialized with Wizer (wasmtime-wizer 48, through
+# examples/wizer.rs of the server crate): their `wizer-initialize` export runs at
+# build time (jaq's parsed standard library; QuickJS's runtime, context and
+# prelude) and the image starts from that snapshot.
+#
 # Installs what it needs when it is missing, and only then: the rustup target
 # wasm32-wasip1; Debian's clang-14, lld-14, wasi-libc and libclang-rt-14-dev-wasm32
 # (javascript only); componentize-py 0.25 in a venv under sandbox-images/build/.
@@ -103,6 +108,13 @@ report() {
   log "$name: sandbox-images/$name.wasm, $(stat -c %s "$OUT/$name.wasm") bytes, $(($(date +%s) - started)) s"
 }
 
+# pre-initialize FILE into FILE.wizer.wasm with examples/wizer.rs (built by cargo with
+# the server's own wasmtime, from crates.io like every other dependency)
+wizen() {
+  local from="$1"
+  (cd "$ROOT" && "${NICE[@]}" cargo run --locked --quiet --example wizer -- "$from" "${from%.wasm}.wizer.wasm")
+}
+
 cargo_build() {
   local dir="$1"
   (cd "$dir" && "${NICE[@]}" cargo build --release --locked --quiet --target wasm32-wasip1 --target-dir "$TARGET_DIR")
@@ -115,7 +127,8 @@ build_jq() {
   started=$(date +%s)
   log "jq (jaq, wasm32-wasip1)"
   cargo_build "$GUEST/jq"
-  install_wasm "$TARGET_DIR/wasm32-wasip1/release/jq.wasm" jq
+  wizen "$TARGET_DIR/wasm32-wasip1/release/jq.wasm"
+  install_wasm "$TARGET_DIR/wasm32-wasip1/release/jq.wizer.wasm" jq
   write_manifest jq
   report jq "$started"
 }
@@ -138,7 +151,8 @@ build_javascript() {
     AR_wasm32_wasip1=llvm-ar-14 \
     CFLAGS_wasm32_wasip1="-DSPILLWAY_CC=$(sha256sum "$cc" | cut -c1-16)" \
     cargo_build "$GUEST/javascript"
-  install_wasm "$TARGET_DIR/wasm32-wasip1/release/javascript.wasm" javascript
+  wizen "$TARGET_DIR/wasm32-wasip1/release/javascript.wasm"
+  install_wasm "$TARGET_DIR/wasm32-wasip1/release/javascript.wizer.wasm" javascript
   write_manifest javascript
   report javascript "$started"
 }

@@ -1048,4 +1048,86 @@ async fn a_bad_jq_flag_shows_the_error_and_a_pointer_to_help_only() {
         "jq: error: unknown option: --slurpy\n(jq's usage text left out: run jq with args [\"--help\"] for the list of flags)\n"
     );
     assert!(!r.stderr.contains("RUST_BACKTRACE"));
+/// The jq and javascript images start from a Wizer snapshot (`make images`):
+/// each exec is a fresh instance of it, so nothing one exec does to the
+/// snapshot's globals or heap is seen by the next, and what QuickJS derived
+/// from the clock at build time (`Math.random`'s state, `performance`'s time
+/// origin) is redone per exec.
+#[tokio::test]
+async fn pre_initialized_images_carry_no_state_from_one_exec_into_the_next() {
+    for image in ["jq.wasm", "javascript.wasm"] {
+        let wasm = std::fs::read(images_dir().join(image)).unwrap();
+        assert!(
+            !wasm
+                .windows(b"wizer-initialize".len())
+                .any(|w| w == b"wizer-initialize"),
+            "{image} still exports wizer-initialize: it was not pre-initialized (run `make images`)"
+        );
+    }
+    let server = TestServer::start().await;
+    let (sid, _) = session_with(&server, "rows.ndjson", b"{\"n\":1}\n").await;
+    let mut c = server.codemode(ALICE).await;
+    let mut run = async |runtime: &str, source: &str, args: &[&str]| {
+        let mut req = exec(&sid, runtime, source);
+        req.args = args.iter().map(|a| a.to_string()).collect();
+        let r = c.exec(req).await.unwrap().into_inner();
+        assert_eq!(status(&r), ExecStatus::Ok, "{runtime} {source}: {r:?}");
+        r.stdout
+    };
+
+    // JavaScript: globals, prototypes, the prelude's own objects and the
+    // heap, changed by the first exec, are as built in the second.
+    let taint = r#"
+        globalThis.leaked = 'from the first exec';
+        Object.prototype.polluted = true;
+        Array.prototype.push = function () { return 'hijacked'; };
+        console.log = () => {};
+        process.argv.push('stale');
+        payloads.length = 0;
+        globalThis.big = new Array(100000).fill('heap');
+        print(JSON.stringify([Math.random(), Math.random()]));
+    "#;
+    let look = r#"
+        console.log(JSON.stringify({
+            leaked: typeof leaked, polluted: ({}).polluted, big: typeof big,
+            push: [].push(1), argv: process.argv, payloads: payloads.length, args,
+            perf: performance.now() < 60000,
+        }));
+        print(JSON.stringify([Math.random(), Math.random()]));
+    "#;
+    let first = run("javascript", taint, &["one"]).await;
+    let second = run("javascript", look, &["two"]).await;
+    let mut lines = second.lines();
+    assert_eq!(
+        lines.next().unwrap(),
+        r#"{"leaked":"undefined","big":"undefined","push":1,"argv":["javascript","/spillway/script","two"],"payloads":1,"args":["two"],"perf":true}"#,
+        "{second}"
+    );
+    let third = run("javascript", look, &["two"]).await;
+    let (r1, r2, r3) = (
+        first.trim(),
+        lines.next().unwrap(),
+        third.lines().nth(1).unwrap(),
+    );
+    assert!(
+        r1 != r2 && r2 != r3 && r1 != r3,
+        "Math.random must be seeded per exec, not by the snapshot: {r1} {r2} {r3}"
+    );
+
+    // jq: a filter that redefines standard-library names does not change
+    // the standard library the next exec compiles against.
+    let out = run(
+        "jq",
+        r#"def map(f): "hijacked"; def select(f): "hijacked"; [([1, 2] | map(. + 1)), select(true)]"#,
+        &["-nc"],
+    )
+    .await;
+    assert_eq!(out, "[\"hijacked\",\"hijacked\"]\n");
+    let out = run(
+        "jq",
+        "[([1, 2] | map(. + 1)), (.n | select(. == 1))]",
+        &["-c"],
+    )
+    .await;
+    assert_eq!(out, "[[2,3],1]\n");
 }

@@ -14,7 +14,6 @@
 
 use rquickjs::{Context, Ctx, Exception, Function, Object, Persistent, Runtime, Value, qjs};
 use std::cell::RefCell;
-use std::hash::{BuildHasher, Hasher};
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, BufWriter, Write};
@@ -47,6 +46,26 @@ unsafe extern "C" {
     fn spillway_js_seed_random(ctx: *mut qjs::JSContext, seed: u64);
 }
 
+#[link(wasm_import_module = "wasi_snapshot_preview1")]
+unsafe extern "C" {
+    /// WASI's `random_get(buf, len) -> errno`, called directly: std's
+    /// `RandomState` keys are drawn once and would come from the snapshot.
+    #[link_name = "random_get"]
+    fn wasi_random_get(buf: *mut u8, len: usize) -> i32;
+}
+
+/// Eight bytes from WASI's random source, now.
+fn fresh_seed() -> u64 {
+    let mut b = [0u8; 8];
+    // SAFETY: `b` is valid for writes of its length.
+    let errno = unsafe { wasi_random_get(b.as_mut_ptr(), b.len()) };
+    if errno != 0 {
+        eprintln!("javascript: no random source (WASI errno {errno})");
+        std::process::exit(1);
+    }
+    u64::from_le_bytes(b)
+}
+
 /// A ready QuickJS: runtime, context, and the prelude's `bind`.
 struct Engine {
     rt: Runtime,
@@ -55,9 +74,9 @@ struct Engine {
 }
 
 /// The runtime, the context and the prelude's globals: everything that does
-/// not depend on the run. Pure computation except for one clock read (QuickJS
+/// not depend on the run. Pure computation except for a clock read (QuickJS
 /// seeds `Math.random` and `performance` from it, both redone per run by
-/// `per_run`).
+/// `per_run`) and std's hash keys (rquickjs keeps a `HashMap`).
 fn new_engine() -> Result<Engine, String> {
     let rt = Runtime::new().map_err(|e| format!("QuickJS runtime: {e}"))?;
     rt.set_max_stack_size(JS_STACK);
@@ -84,8 +103,9 @@ fn new_engine() -> Result<Engine, String> {
 }
 
 /// Wizer's initialization function (guest/build-images.sh): the engine into the
-/// snapshot. Wizer links only a fixed clock (time 0) and traps on any other WASI
-/// call, so the snapshot holds nothing of the machine that built it.
+/// snapshot. Wizer links only a fixed clock (time 0) and a fixed random source
+/// (zeros) and traps on any other WASI call, so the snapshot holds nothing of
+/// the machine that built it.
 #[unsafe(export_name = "wizer-initialize")]
 pub extern "C" fn wizer_initialize() {
     match new_engine() {
@@ -98,12 +118,10 @@ pub extern "C" fn wizer_initialize() {
 }
 
 /// What a snapshot must not share between runs: a fresh `Math.random` seed (from
-/// WASI's random source, through std's `RandomState`), `performance` with this
-/// run's time origin, and QuickJS's stack top at this run's stack pointer.
+/// WASI's random source), `performance` with this run's time origin, and
+/// QuickJS's stack top at this run's stack pointer.
 fn per_run(ctx: &Ctx<'_>) {
-    let seed = std::collections::hash_map::RandomState::new()
-        .build_hasher()
-        .finish();
+    let seed = fresh_seed();
     let raw = ctx.as_raw().as_ptr();
     // SAFETY: a valid context of this thread; the functions only set fields of
     // the context and runtime, and define `performance` on the global object.
