@@ -62,6 +62,8 @@ pub struct Config {
     pub sandbox: crate::sandbox::SandboxConfig,
     /// The background deletion of what has expired.
     pub reaper: crate::reaper::ReaperConfig,
+    /// The compliance console (see [`crate::console`]).
+    pub console: crate::console::ConsoleConfig,
     /// How long shutdown waits for in-flight calls before giving up on them.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
@@ -81,6 +83,7 @@ impl Default for Config {
             offload: crate::offload::OffloadConfig::default(),
             sandbox: crate::sandbox::SandboxConfig::default(),
             reaper: crate::reaper::ReaperConfig::default(),
+            console: crate::console::ConsoleConfig::default(),
             shutdown_grace: Duration::from_secs(30),
         }
     }
@@ -473,6 +476,9 @@ impl Config {
             ));
         }
         self.offload.validate().map_err(ConfigError::Invalid)?;
+        self.console
+            .validate(self.tls.cert.is_some(), self.tls.client_ca.is_some())
+            .map_err(ConfigError::Invalid)?;
         Ok(())
     }
 

@@ -34,6 +34,8 @@
 //!   form, sealing, streaming verification, export lines; and the stored
 //!   log, one chain per tenant, with durable appends and queries.
 //! - [`api`]: the tonic services; the only code that sees prost types.
+//! - [`console`]: the compliance console, a web front door that is a gRPC
+//!   client of the server it runs in (axum, maud, plotters).
 //! - [`cli`]: the client subcommands of the `spillway` binary.
 //! - [`proto`]: the generated `spillway.v1` types.
 
@@ -43,6 +45,7 @@ pub mod auth;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod console;
 pub mod context;
 pub mod error;
 pub mod faults;

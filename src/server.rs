@@ -65,6 +65,9 @@ pub enum ServerError {
     /// The transport failed.
     #[error("transport: {0}")]
     Transport(#[from] tonic::transport::Error),
+    /// The console could not start.
+    #[error("cannot start the console: {0}")]
+    Console(#[from] crate::console::ConsoleError),
     /// A startup task panicked.
     #[error("startup task failed: {0}")]
     Join(#[from] tokio::task::JoinError),
@@ -124,6 +127,9 @@ pub async fn run_with_clock(
     } else {
         TokenTable::from_config(&config.auth.tokens)
     };
+    let tokens = Arc::new(tokens);
+    // Bound before anything is opened: a taken address is a startup error.
+    let console_listener = crate::console::bind(&config).await?;
 
     let settings = StoreSettings {
         engine: config.store.engine,
@@ -156,7 +162,7 @@ pub async fn run_with_clock(
     let (reaper, _reaper_guard) = crate::reaper::spawn(store.clone(), config.reaper.clone());
     let config = Arc::new(config);
     let state = AppState::new(store.clone(), config.clone(), sandbox, reaper);
-    let auth = Authenticator::new(Arc::new(tokens));
+    let auth = Authenticator::new(tokens.clone());
     let limits = &config.limits;
 
     let sessions = SessionsServer::new(SessionsService::new(state.clone()))
@@ -242,9 +248,23 @@ pub async fn run_with_clock(
         });
 
     let (drain_tx, drain_rx) = tokio::sync::oneshot::channel::<()>();
+    // The console stops when this sender goes: at shutdown, or with the
+    // server if it fails.
+    let (console_stop, console_rx) = tokio::sync::watch::channel(());
+    let console = match console_listener {
+        Some(l) => Some(crate::console::spawn(
+            l,
+            config.clone(),
+            tokens.clone(),
+            local,
+            console_rx,
+        )?),
+        None => None,
+    };
     let reporter = health_reporter.clone();
     let signal = async move {
         shutdown.await;
+        drop(console_stop);
         reporter
             .set_service_status("", tonic_health::ServingStatus::NotServing)
             .await;
@@ -305,6 +325,13 @@ pub async fn run_with_clock(
         _ = async { if drain_rx.await.is_ok() { tokio::time::sleep(grace).await } else { std::future::pending().await } } => {
             tracing::warn!(grace_secs = grace.as_secs(), "in-flight calls did not finish within the shutdown grace; stopping anyway");
         }
+    }
+    if let Some(console) = console
+        && tokio::time::timeout(std::time::Duration::from_secs(5), console)
+            .await
+            .is_err()
+    {
+        tracing::warn!("the console did not stop within 5 s; leaving it");
     }
     tokio::task::spawn_blocking(move || store.flush()).await??;
     tracing::info!("stopped; storage flushed");

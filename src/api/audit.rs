@@ -98,6 +98,7 @@ fn filter(q: &proto::AuditQuery) -> Result<(Filter, Vec<&'static str>), ApiError
         payload_id: set("payload_id", &q.payload_id),
         principal: set("principal", &q.principal),
         action: set("action", &q.action),
+        outcome: set("outcome", &q.outcome),
         since: q.since.as_ref().map(millis),
         until: q.until.as_ref().map(millis),
     };
@@ -126,6 +127,15 @@ fn filter(q: &proto::AuditQuery) -> Result<(Filter, Vec<&'static str>), ApiError
             "action {:?} is not one the log records; use one of {}",
             a.chars().take(64).collect::<String>(),
             action::ALL.join(", ")
+        )));
+    }
+    if let Some(o) = &f.outcome
+        && !crate::audit::outcome::ALL.contains(&o.as_str())
+    {
+        return Err(ApiError::BadRequest(format!(
+            "outcome {:?} is not one the log records; use one of {}",
+            o.chars().take(64).collect::<String>(),
+            crate::audit::outcome::ALL.join(", ")
         )));
     }
     Ok((f, used))

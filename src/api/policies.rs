@@ -114,7 +114,12 @@ impl Policies for PoliciesService {
                 })
             })
         })
-        .await?;
+        .await;
+        // A refused loosening of a locked policy is on the record too.
+        let record = self
+            .state
+            .audit_failure(&p, NewEvent::new(action::POLICY_SET), record)
+            .await?;
         // A shorter retention or TTL applies to what is stored already.
         let store = self.state.store.clone();
         let (server, level, tenant) = (

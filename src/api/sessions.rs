@@ -43,6 +43,60 @@ fn check_len(field: &str, value: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// ListSessions' optional filters, checked against stored records.
+struct ListFilter {
+    owner: Option<String>,
+    labels: Vec<(String, String)>,
+    expires_before_ms: Option<crate::clock::Millis>,
+    legal_hold: Option<bool>,
+    label_contains: Option<String>,
+}
+
+impl ListFilter {
+    fn of(r: &proto::ListSessionsRequest) -> Self {
+        Self {
+            owner: (!r.owner.is_empty()).then(|| r.owner.clone()),
+            labels: r
+                .labels
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            expires_before_ms: r.expires_before.as_ref().map(|t| {
+                t.seconds
+                    .saturating_mul(1000)
+                    .saturating_add(i64::from(t.nanos) / 1_000_000)
+            }),
+            legal_hold: r.legal_hold,
+            label_contains: (!r.label_contains.is_empty())
+                .then(|| r.label_contains.to_lowercase()),
+        }
+    }
+
+    /// Whether `s` passes; `ttl` gives its effective session TTL (its
+    /// expiry is the earlier of the stored one and creation plus the TTL).
+    fn keep(
+        &self,
+        s: &crate::store::records::SessionRecord,
+        ttl: &dyn Fn(&crate::store::records::SessionRecord) -> std::time::Duration,
+    ) -> bool {
+        self.owner.as_ref().is_none_or(|o| *o == s.owner)
+            && self
+                .labels
+                .iter()
+                .all(|(k, v)| s.labels.get(k).is_some_and(|have| have == v))
+            && self.legal_hold.is_none_or(|h| h == s.legal_hold)
+            && self
+                .label_contains
+                .as_ref()
+                .is_none_or(|t| s.label.to_lowercase().contains(t.as_str()))
+            && self.expires_before_ms.is_none_or(|before| {
+                s.expires_ms
+                    .min(crate::clock::add(s.created_ms, ttl(s)))
+                    < before
+            })
+    }
+}
+
 #[tonic::async_trait]
 impl Sessions for SessionsService {
     #[instrument(name = "sessions.create", skip_all, err(level = "info"))]
@@ -164,18 +218,31 @@ impl Sessions for SessionsService {
             }
         };
         let size = page_size(r.page_size, self.state.config.limits.max_page_size);
+        check_len("owner", &r.owner)?;
+        check_len("label_contains", &r.label_contains)?;
+        if r.labels.len() > MAX_ENTRIES {
+            return Err(ApiError::BadRequest(format!(
+                "at most {MAX_ENTRIES} label filters are allowed"
+            ))
+            .into());
+        }
+        // Every session listed is of the caller's tenant.
+        let tenant = self.state.tenant_policy(&p.tenant).await?;
+        let server = self.state.server_policy();
+        let filter = ListFilter::of(&r);
         let store = self.state.store.clone();
         let principal = p.clone();
+        let (level, defaults) = (tenant.clone(), server.clone());
         let page = blocking(move || {
             store.list_sessions(&principal.tenant, &r.page_token, size, &|s| {
                 want.is_none_or(|w| s.state == w)
                     && access::can_see(&principal, super::ownership(s))
+                    && filter.keep(s, &|s| {
+                        policy::effective(&defaults, &level, &s.policy).session_ttl
+                    })
             })
         })
         .await?;
-        // Every session listed is of the caller's tenant.
-        let tenant = self.state.tenant_policy(&p.tenant).await?;
-        let server = self.state.server_policy();
         Ok(Response::new(proto::ListSessionsResponse {
             sessions: page
                 .items
