@@ -40,11 +40,11 @@ console-deps:
 	$(CARGO) build --locked --bin spillway
 
 test-console: images console-deps ## The compliance console's browser tests (chromium via apt, playwright-core and axe-core via npm)
-	CONSOLE_NODE_MODULES=$(CONSOLE_CACHE)/node_modules SPILLWAY_BIN=$(SPILLWAY_DEBUG_BIN) \
+	CONSOLE_NODE_MODULES=$(CONSOLE_CACHE)/node_modules CONSOLE_SPILLWAY_BIN=$(SPILLWAY_DEBUG_BIN) \
 		node --test --test-concurrency=1 tests/console/
 
 console-screenshots: images console-deps ## The console's browser tests, writing each page's screenshot to docs/console/
-	CONSOLE_NODE_MODULES=$(CONSOLE_CACHE)/node_modules SPILLWAY_BIN=$(SPILLWAY_DEBUG_BIN) CONSOLE_SCREENSHOTS=docs/console \
+	CONSOLE_NODE_MODULES=$(CONSOLE_CACHE)/node_modules CONSOLE_SPILLWAY_BIN=$(SPILLWAY_DEBUG_BIN) CONSOLE_SCREENSHOTS=docs/console \
 		node --test --test-concurrency=1 tests/console/
 
 bench-console: images ## The sessions page with 10 000 sessions: p50/p95 server time (release build)

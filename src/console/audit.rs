@@ -40,8 +40,6 @@ pub struct AuditFilters {
     outcome: String,
     #[serde(default)]
     page: String,
-    #[serde(default)]
-    verified: String,
 }
 
 /// `YYYY-MM-DDTHH:MM[:SS]` (what a datetime-local field sends), as UTC.

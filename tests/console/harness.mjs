@@ -14,7 +14,7 @@ const require = createRequire(path.join(modules, 'package.json'));
 export const { chromium } = require('playwright-core');
 export const axeSource = readFileSync(require.resolve('axe-core/axe.min.js'), 'utf8');
 
-export const BIN = process.env.SPILLWAY_BIN || 'target/debug/spillway';
+export const BIN = process.env.CONSOLE_SPILLWAY_BIN || 'target/debug/spillway';
 
 /// Tokens of the cast: [token, principal, tenant, roles].
 export const CAST = [
@@ -47,7 +47,8 @@ export async function startServer(consoleKeys = {}) {
   writeFileSync(path.join(dir, 'spillway.toml'), config);
   const log = [];
   const child = spawn(BIN, ['serve', '--config', path.join(dir, 'spillway.toml')], {
-    env: { ...process.env, RUST_LOG: 'warn' },
+    // Only this config: no SPILLWAY_* variable of the caller's leaks in.
+    env: { ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('SPILLWAY_'))), RUST_LOG: 'warn' },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   child.stdout.on('data', (d) => log.push(String(d)));
@@ -69,7 +70,8 @@ export async function startServer(consoleKeys = {}) {
     dir,
     log,
     cli(token, ...args) {
-      const out = execFileSync(BIN, ['--addr', this.grpc, '--token', token, '--json', ...args], { encoding: 'utf8' });
+      const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('SPILLWAY_')));
+      const out = execFileSync(BIN, ['--addr', this.grpc, '--token', token, '--json', ...args], { encoding: 'utf8', env });
       return JSON.parse(out);
     },
     async stop() {
@@ -92,7 +94,8 @@ export async function launch() {
     args: [
       '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
       '--disable-background-networking', '--disable-component-update', '--disable-sync',
-      `--user-data-dir=${mkdtempSync(path.join(os.tmpdir(), 'spillway-chromium-'))}`,
+      // No --user-data-dir here: playwright refuses it in launch(), and
+      // gives every launch a fresh temporary profile directory itself.
     ],
   });
 }
