@@ -66,7 +66,8 @@ fn cookie_of(head: &str, name: &str) -> Option<String> {
 async fn sign_in(web: SocketAddr) -> anyhow::Result<String> {
     let get = format!("GET /signin HTTP/1.1\r\nHost: {web}\r\nConnection: close\r\n\r\n");
     let (_, head, body) = http(web, get).await?;
-    let pre = cookie_of(&head, "spillway_console_signin").ok_or_else(|| anyhow::anyhow!("no sign-in cookie"))?;
+    let pre = cookie_of(&head, "spillway_console_signin")
+        .ok_or_else(|| anyhow::anyhow!("no sign-in cookie"))?;
     let csrf = body
         .split("name=\"csrf\" value=\"")
         .nth(1)
@@ -107,7 +108,10 @@ async fn main() -> anyhow::Result<()> {
         let _ = stopped.await;
     }));
     let channel = loop {
-        match tonic::transport::Endpoint::from_shared(format!("http://{grpc}"))?.connect().await {
+        match tonic::transport::Endpoint::from_shared(format!("http://{grpc}"))?
+            .connect()
+            .await
+        {
             Ok(c) => break c,
             Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
         }
@@ -148,8 +152,14 @@ async fn main() -> anyhow::Result<()> {
         ("list, first page", "/sessions".to_owned()),
         ("state=open", "/sessions?state=open".to_owned()),
         ("owner=alice", "/sessions?owner=alice".to_owned()),
-        ("label team=t3 (1 in 10)", "/sessions?label=team%3Dt3".to_owned()),
-        ("label contains, no match (scans all)", "/sessions?q=nothing-matches".to_owned()),
+        (
+            "label team=t3 (1 in 10)",
+            "/sessions?label=team%3Dt3".to_owned(),
+        ),
+        (
+            "label contains, no match (scans all)",
+            "/sessions?q=nothing-matches".to_owned(),
+        ),
     ];
     let mut failed = false;
     println!("| URL | p50 ms | p95 ms | max ms |");
@@ -183,6 +193,8 @@ async fn main() -> anyhow::Result<()> {
     let _ = stop.send(());
     server.await??;
     anyhow::ensure!(!failed, "the list page's p95 is not under {TARGET_MS} ms");
-    println!("PASS: the list page's p95 server time is under {TARGET_MS} ms with {SESSIONS} sessions");
+    println!(
+        "PASS: the list page's p95 server time is under {TARGET_MS} ms with {SESSIONS} sessions"
+    );
     Ok(())
 }

@@ -67,8 +67,7 @@ impl ListFilter {
                     .saturating_add(i64::from(t.nanos) / 1_000_000)
             }),
             legal_hold: r.legal_hold,
-            label_contains: (!r.label_contains.is_empty())
-                .then(|| r.label_contains.to_lowercase()),
+            label_contains: (!r.label_contains.is_empty()).then(|| r.label_contains.to_lowercase()),
         }
     }
 
@@ -90,9 +89,7 @@ impl ListFilter {
                 .as_ref()
                 .is_none_or(|t| s.label.to_lowercase().contains(t.as_str()))
             && self.expires_before_ms.is_none_or(|before| {
-                s.expires_ms
-                    .min(crate::clock::add(s.created_ms, ttl(s)))
-                    < before
+                s.expires_ms.min(crate::clock::add(s.created_ms, ttl(s))) < before
             })
     }
 }

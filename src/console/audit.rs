@@ -48,10 +48,19 @@ fn instant(field: &str, v: &str) -> Result<Option<pbjson_types::Timestamp>, Stri
     if v.is_empty() {
         return Ok(None);
     }
-    let full = if v.len() == 16 { format!("{v}:00Z") } else if v.ends_with('Z') { v.to_owned() } else { format!("{v}Z") };
-    let at = humantime::parse_rfc3339_weak(full.trim_end_matches('Z'))
-        .map_err(|_| format!("{field} {v:?} is not a date and time such as 2026-12-01T09:30 (UTC)"))?;
-    let d = at.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    let full = if v.len() == 16 {
+        format!("{v}:00Z")
+    } else if v.ends_with('Z') {
+        v.to_owned()
+    } else {
+        format!("{v}Z")
+    };
+    let at = humantime::parse_rfc3339_weak(full.trim_end_matches('Z')).map_err(|_| {
+        format!("{field} {v:?} is not a date and time such as 2026-12-01T09:30 (UTC)")
+    })?;
+    let d = at
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
     Ok(Some(pbjson_types::Timestamp {
         seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
         nanos: 0,
@@ -87,14 +96,21 @@ impl AuditFilters {
         .filter(|(_, v)| !v.is_empty())
         .collect();
         let qs = serde_urlencoded::to_string(pairs).unwrap_or_default();
-        if qs.is_empty() { "/audit".into() } else { format!("/audit?{qs}") }
+        if qs.is_empty() {
+            "/audit".into()
+        } else {
+            format!("/audit?{qs}")
+        }
     }
 }
 
 /// The verification's status line.
 pub fn verification_notice(v: Option<&Verification>) -> Markup {
     match v {
-        None => views::notice("info", "The chain has not been verified from this console yet."),
+        None => views::notice(
+            "info",
+            "The chain has not been verified from this console yet.",
+        ),
         Some(v) => {
             let at = humantime::format_rfc3339_seconds(v.at);
             if v.ok {
@@ -255,7 +271,7 @@ pub struct VerifyForm {
 
 /// POST /audit/verify.
 pub async fn verify(mut ctx: Ctx, axum::Form(f): axum::Form<VerifyForm>) -> Response {
-    if let Err(r) = ctx.check_csrf(&f.csrf) {
+    if let Some(r) = ctx.csrf_refusal(&f.csrf) {
         return r;
     }
     match run_verify(&mut ctx).await {
@@ -268,7 +284,12 @@ pub async fn verify(mut ctx: Ctx, axum::Form(f): axum::Form<VerifyForm>) -> Resp
 /// GET /audit/export: the tenant's chain, one event per line in its
 /// canonical JSON, streamed as it comes from the server.
 pub async fn export(mut ctx: Ctx) -> Response {
-    let stream = match ctx.calls.audit.export_audit(proto::ExportAuditRequest {}).await {
+    let stream = match ctx
+        .calls
+        .audit
+        .export_audit(proto::ExportAuditRequest {})
+        .await
+    {
         Ok(s) => s.into_inner(),
         Err(s) => return ctx.refused(Section::Audit, &s),
     };
@@ -321,7 +342,10 @@ fn signature_ok(ctx: &Ctx, r: &proto::DeletionReceipt) -> Option<bool> {
         target_id: &r.target_id,
         reason: &r.reason,
         requested_by: &r.requested_by,
-        deleted_ms: at.seconds.saturating_mul(1000).saturating_add(i64::from(at.nanos) / 1_000_000),
+        deleted_ms: at
+            .seconds
+            .saturating_mul(1000)
+            .saturating_add(i64::from(at.nanos) / 1_000_000),
         deleted_payload_ids: r.deleted_payload_ids.iter().map(String::as_str).collect(),
         bytes_deleted: r.bytes_deleted,
         content_sha256: r.content_sha256.iter().map(String::as_str).collect(),
@@ -411,12 +435,26 @@ pub async fn receipt(mut ctx: Ctx, Query(q): Query<ReceiptQuery>) -> Response {
         return ctx.page(Section::Audit, "Receipts", body);
     }
     if id.len() > 128 {
-        return ctx.page_with(StatusCode::NOT_FOUND, Section::Audit, "Not found", views::notice("error", "No such receipt: the ID is longer than any this server makes."));
+        return ctx.page_with(
+            StatusCode::NOT_FOUND,
+            Section::Audit,
+            "Not found",
+            views::notice(
+                "error",
+                "No such receipt: the ID is longer than any this server makes.",
+            ),
+        );
     }
     let req = if id.starts_with("rcpt_") {
-        proto::GetReceiptRequest { receipt_id: id.clone(), target_id: String::new() }
+        proto::GetReceiptRequest {
+            receipt_id: id.clone(),
+            target_id: String::new(),
+        }
     } else {
-        proto::GetReceiptRequest { receipt_id: String::new(), target_id: id.clone() }
+        proto::GetReceiptRequest {
+            receipt_id: String::new(),
+            target_id: id.clone(),
+        }
     };
     match ctx.calls.audit.get_receipt(req).await {
         Ok(r) => {
@@ -443,12 +481,17 @@ pub struct PastedReceipt {
 
 /// POST /receipts/verify: checks a pasted receipt's signature.
 pub async fn verify_receipt(ctx: Ctx, axum::Form(f): axum::Form<PastedReceipt>) -> Response {
-    if let Err(r) = ctx.check_csrf(&f.csrf) {
+    if let Some(r) = ctx.csrf_refusal(&f.csrf) {
         return r;
     }
     if f.json.len() > MAX_RECEIPT_JSON {
         let body = html! { (views::notice("error", &format!("The receipt JSON is {} bytes; at most {MAX_RECEIPT_JSON} are read.", f.json.len()))) (receipt_forms(&ctx, "", "")) };
-        return ctx.page_with(StatusCode::PAYLOAD_TOO_LARGE, Section::Audit, "Receipts", body);
+        return ctx.page_with(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            Section::Audit,
+            "Receipts",
+            body,
+        );
     }
     match serde_json::from_str::<proto::DeletionReceipt>(&f.json) {
         Ok(r) => {
@@ -484,7 +527,10 @@ mod tests {
             outcome: "denied".into(),
             ..Default::default()
         };
-        assert_eq!(f.url("tok"), "/audit?action=hold.set&outcome=denied&page=tok");
+        assert_eq!(
+            f.url("tok"),
+            "/audit?action=hold.set&outcome=denied&page=tok"
+        );
         assert_eq!(AuditFilters::default().url(""), "/audit");
     }
 }

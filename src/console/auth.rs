@@ -157,7 +157,10 @@ impl Sessions {
         let mut pending = self.pending();
         pending.retain(|_, p| now.duration_since(p.created) < PENDING_LIFETIME);
         if pending.len() >= MAX_PENDING
-            && let Some(oldest) = pending.iter().min_by_key(|(_, p)| p.created).map(|(k, _)| *k)
+            && let Some(oldest) = pending
+                .iter()
+                .min_by_key(|(_, p)| p.created)
+                .map(|(k, _)| *k)
         {
             pending.remove(&oldest);
         }
@@ -177,7 +180,10 @@ impl Sessions {
         let Some(cookie) = cookie else {
             return Err(SignInError::Form);
         };
-        let p = self.pending().remove(&key_of(cookie)).ok_or(SignInError::Form)?;
+        let p = self
+            .pending()
+            .remove(&key_of(cookie))
+            .ok_or(SignInError::Form)?;
         if p.created.elapsed() >= PENDING_LIFETIME || !csrf_eq(&p.csrf, csrf) {
             return Err(SignInError::Form);
         }

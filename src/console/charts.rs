@@ -67,7 +67,8 @@ pub fn bars(bars: &[(&str, u64)], unit: &str) -> Result<String, ChartError> {
             .margin(12)
             .x_label_area_size(36)
             .y_label_area_size(64)
-            .build_cartesian_2d((0..n).into_segmented(), 0..top)
+            // A segmented 0..k has k + 1 segments, one per bar here.
+            .build_cartesian_2d((0..n.saturating_sub(1).max(1)).into_segmented(), 0..top)
             .map_err(err)?;
         let captions: Vec<String> = bars.iter().map(|b| b.0.to_owned()).collect();
         chart
@@ -75,10 +76,7 @@ pub fn bars(bars: &[(&str, u64)], unit: &str) -> Result<String, ChartError> {
             .disable_x_mesh()
             .y_desc(unit)
             .x_label_formatter(&|v| match v {
-                SegmentValue::CenterOf(i) => captions
-                    .get(*i as usize)
-                    .cloned()
-                    .unwrap_or_default(),
+                SegmentValue::CenterOf(i) => captions.get(*i as usize).cloned().unwrap_or_default(),
                 _ => String::new(),
             })
             .y_label_formatter(&|v| short(*v as f64))
@@ -126,7 +124,10 @@ mod tests {
         for svg in [line, bar] {
             assert!(svg.starts_with("<svg"), "{svg}");
             assert!(!svg.contains("<script"), "{svg}");
-            assert!(!svg.contains("style="), "inline styles break the CSP: {svg}");
+            assert!(
+                !svg.contains("style="),
+                "inline styles break the CSP: {svg}"
+            );
         }
     }
 

@@ -118,7 +118,11 @@ impl ConsoleConfig {
                 "with [tls] on, the console connects to this server over TLS: set console.grpc_ca to the PEM of the CA that signed tls.cert (or console.enabled = false)".into(),
             );
         }
-        if client_certs && self.enabled && self.listen.is_some() && (self.grpc_cert.is_none() || self.grpc_key.is_none()) {
+        if client_certs
+            && self.enabled
+            && self.listen.is_some()
+            && (self.grpc_cert.is_none() || self.grpc_key.is_none())
+        {
             return Err(
                 "with tls.client_ca set, the console needs a client certificate for its own connection: set console.grpc_cert and console.grpc_key (or console.enabled = false)".into(),
             );

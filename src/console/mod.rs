@@ -123,9 +123,10 @@ pub fn spawn(
         config.limits.max_response_message_bytes,
     )
     .map_err(|e| ConsoleError::Channel(e.to_string()))?;
-    let receipt_key = std::fs::read_to_string(config.data_dir.join(crate::store::signing::KEY_FILE))
-        .ok()
-        .and_then(|t| crate::store::signing::ReceiptKey::from_hex(t.trim()));
+    let receipt_key =
+        std::fs::read_to_string(config.data_dir.join(crate::store::signing::KEY_FILE))
+            .ok()
+            .and_then(|t| crate::store::signing::ReceiptKey::from_hex(t.trim()));
     if receipt_key.is_none() {
         tracing::warn!("console: cannot read the receipt key; receipts will be shown unverified");
     }

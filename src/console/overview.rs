@@ -171,12 +171,10 @@ pub async fn overview(mut ctx: Ctx) -> Response {
 
 fn storage(f: &Figures, now: i64) -> maud::Markup {
     let h = history(&f.rows, now);
-    let mib: Vec<(i32, f64)> = h
-        .iter()
-        .map(|(d, b, _)| (*d, *b as f64 / (1024.0 * 1024.0)))
-        .collect();
+    let (scale, unit) = unit_for(h.iter().map(|p| p.1).max().unwrap_or(0));
+    let scaled: Vec<(i32, f64)> = h.iter().map(|(d, b, _)| (*d, *b as f64 / scale)).collect();
     let counts: Vec<(i32, f64)> = h.iter().map(|(d, _, p)| (*d, *p as f64)).collect();
-    let bytes_svg = charts::daily_line(&mib, "MiB stored", false);
+    let bytes_svg = charts::daily_line(&scaled, unit, false);
     let count_svg = charts::daily_line(&counts, "payloads stored", true);
     html! {
         section aria-labelledby="storage-h" class="card" {
@@ -192,7 +190,7 @@ fn storage(f: &Figures, now: i64) -> maud::Markup {
             p class="help" { "Stored now, by the day its session was created: the last 30 days, cumulative." }
             div class="charts" {
                 figure {
-                    @match &bytes_svg { Ok(svg) => { div role="img" aria-label="Line chart of MiB stored over the last 30 days" { (PreEscaped(svg)) } }, Err(e) => { (views::notice("error", &e.to_string())) } }
+                    @match &bytes_svg { Ok(svg) => { div role="img" aria-label="Line chart of bytes stored over the last 30 days" { (PreEscaped(svg)) } }, Err(e) => { (views::notice("error", &e.to_string())) } }
                     figcaption { "Bytes stored" }
                 }
                 figure {
@@ -213,6 +211,16 @@ fn storage(f: &Figures, now: i64) -> maud::Markup {
                 }
             }
         }
+    }
+}
+
+/// The binary unit that suits a largest value of `max` bytes.
+fn unit_for(max: u64) -> (f64, &'static str) {
+    match max {
+        m if m >= 1 << 30 => ((1u64 << 30) as f64, "GiB stored"),
+        m if m >= 1 << 20 => ((1u64 << 20) as f64, "MiB stored"),
+        m if m >= 1 << 10 => (1024.0, "KiB stored"),
+        _ => (1.0, "bytes stored"),
     }
 }
 

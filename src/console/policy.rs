@@ -29,17 +29,67 @@ enum Kind {
 
 /// The fields of a policy, in page order: (wire name, label, kind, help).
 const FIELDS: &[(&str, &str, Kind, &str)] = &[
-    ("retention", "Retention", Kind::Duration, "Longest a payload is kept, e.g. 3d or 12h. Shorter is stricter."),
-    ("session_ttl", "Session TTL", Kind::Duration, "Longest a session lives, e.g. 7d. Shorter is stricter."),
-    ("max_session_bytes", "Bytes per session", Kind::Quota, "0 or empty: no quota at this level. Smaller is stricter."),
-    ("max_payload_bytes", "Bytes per payload", Kind::Quota, "0 or empty: no quota at this level."),
-    ("max_payloads", "Payloads per session", Kind::Quota, "0 or empty: no quota at this level."),
-    ("delete_on_close", "Delete on close", Kind::Flag, "Yes is stricter."),
-    ("allow_download", "Allow download", Kind::Flag, "No is stricter."),
+    (
+        "retention",
+        "Retention",
+        Kind::Duration,
+        "Longest a payload is kept, e.g. 3d or 12h. Shorter is stricter.",
+    ),
+    (
+        "session_ttl",
+        "Session TTL",
+        Kind::Duration,
+        "Longest a session lives, e.g. 7d. Shorter is stricter.",
+    ),
+    (
+        "max_session_bytes",
+        "Bytes per session",
+        Kind::Quota,
+        "0 or empty: no quota at this level. Smaller is stricter.",
+    ),
+    (
+        "max_payload_bytes",
+        "Bytes per payload",
+        Kind::Quota,
+        "0 or empty: no quota at this level.",
+    ),
+    (
+        "max_payloads",
+        "Payloads per session",
+        Kind::Quota,
+        "0 or empty: no quota at this level.",
+    ),
+    (
+        "delete_on_close",
+        "Delete on close",
+        Kind::Flag,
+        "Yes is stricter.",
+    ),
+    (
+        "allow_download",
+        "Allow download",
+        Kind::Flag,
+        "No is stricter.",
+    ),
     ("allow_exec", "Allow scripts", Kind::Flag, "No is stricter."),
-    ("compliance_can_read", "Compliance may read content", Kind::Flag, "No is stricter. Granted only where the server allows it too."),
-    ("exec_ceiling", "Script ceiling", Kind::Ceiling, "Most a script may use: timeout ms, memory bytes, stdout bytes, fuel. 0: no ceiling at this level."),
-    ("redact", "Redaction rules", Kind::Redact, "One per line: a regex, or builtin:email, builtin:aws_access_key, builtin:bearer_token, builtin:private_key."),
+    (
+        "compliance_can_read",
+        "Compliance may read content",
+        Kind::Flag,
+        "No is stricter. Granted only where the server allows it too.",
+    ),
+    (
+        "exec_ceiling",
+        "Script ceiling",
+        Kind::Ceiling,
+        "Most a script may use: timeout ms, memory bytes, stdout bytes, fuel. 0: no ceiling at this level.",
+    ),
+    (
+        "redact",
+        "Redaction rules",
+        Kind::Redact,
+        "One per line: a regex, or builtin:email, builtin:aws_access_key, builtin:bearer_token, builtin:private_key.",
+    ),
 ];
 
 const CEILING: [(&str, &str); 4] = [
@@ -89,11 +139,7 @@ fn dur(d: Duration) -> String {
 }
 
 fn quota(v: u64) -> String {
-    if v == 0 {
-        "none".into()
-    } else {
-        v.to_string()
-    }
+    if v == 0 { "none".into() } else { v.to_string() }
 }
 
 fn flag(b: bool) -> &'static str {
@@ -152,7 +198,12 @@ fn level_shown(l: &PolicyOverrides, field: &str) -> Option<String> {
 
 /// Where an effective value comes from: `session` when the session level
 /// changed it, else `tenant` when the tenant level did, else `server`.
-pub fn source(server: &Policy, tenant: &PolicyOverrides, session: &Policy, field: &str) -> &'static str {
+pub fn source(
+    server: &Policy,
+    tenant: &PolicyOverrides,
+    session: &Policy,
+    field: &str,
+) -> &'static str {
     let tenant_eff = policy::effective(server, tenant, &PolicyOverrides::default());
     if shown(session, field) != shown(&tenant_eff, field) {
         "session"
@@ -168,7 +219,10 @@ pub fn source(server: &Policy, tenant: &PolicyOverrides, session: &Policy, field
 /// The form's current text for a field: what was submitted, or the tenant
 /// level's value.
 fn form_value(l: &PolicyOverrides, field: &str) -> String {
-    let ms = |v: Option<u64>| v.map(|ms| dur(Duration::from_millis(ms))).unwrap_or_default();
+    let ms = |v: Option<u64>| {
+        v.map(|ms| dur(Duration::from_millis(ms)))
+            .unwrap_or_default()
+    };
     let b = |v: Option<bool>| match v {
         None => String::new(),
         Some(true) => "true".into(),
@@ -186,7 +240,13 @@ fn form_value(l: &PolicyOverrides, field: &str) -> String {
         "allow_exec" => b(l.allow_exec),
         "compliance_can_read" => b(l.compliance_can_read),
         "redact" => l.redact.join("\n"),
-        "locked" => if l.locked { "on".into() } else { String::new() },
+        "locked" => {
+            if l.locked {
+                "on".into()
+            } else {
+                String::new()
+            }
+        }
         _ => String::new(),
     }
 }
@@ -213,7 +273,10 @@ fn submitted_from(l: &PolicyOverrides) -> Submitted {
         ("max_stdout_bytes", c.max_stdout_bytes),
         ("fuel", c.fuel),
     ] {
-        out.push((format!("exec_ceiling.{name}"), if v == 0 { String::new() } else { v.to_string() }));
+        out.push((
+            format!("exec_ceiling.{name}"),
+            if v == 0 { String::new() } else { v.to_string() },
+        ));
     }
     out.push(("locked".into(), form_value(l, "locked")));
     out
@@ -227,7 +290,12 @@ fn policy_from(form: &Submitted) -> Result<proto::Policy, (String, String)> {
             return Ok(None);
         }
         let d = humantime::parse_duration(v).map_err(|e| {
-            (name.to_owned(), format!("{v:?} is not a duration ({e}); write e.g. 3d, 12h or 90m, or leave it empty"))
+            (
+                name.to_owned(),
+                format!(
+                    "{v:?} is not a duration ({e}); write e.g. 3d, 12h or 90m, or leave it empty"
+                ),
+            )
         })?;
         Ok(Some(pbjson_types::Duration {
             seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
@@ -251,7 +319,10 @@ fn policy_from(form: &Submitted) -> Result<proto::Policy, (String, String)> {
             "" => Ok(None),
             "true" => Ok(Some(true)),
             "false" => Ok(Some(false)),
-            other => Err((name.to_owned(), format!("{other:?} is not yes, no or server default"))),
+            other => Err((
+                name.to_owned(),
+                format!("{other:?} is not yes, no or server default"),
+            )),
         }
     };
     let ceiling = proto::ExecLimits {
@@ -322,7 +393,7 @@ pub async fn show(
 
 /// POST /policy: SetPolicy with the form's values.
 pub async fn update(mut ctx: Ctx, axum::Form(form): axum::Form<Submitted>) -> Response {
-    if let Err(r) = ctx.check_csrf(get(&form, "csrf")) {
+    if let Some(r) = ctx.csrf_refusal(get(&form, "csrf")) {
         return r;
     }
     let level = match tenant_level(&mut ctx).await {
@@ -332,7 +403,14 @@ pub async fn update(mut ctx: Ctx, axum::Form(form): axum::Form<Submitted>) -> Re
     let policy = match policy_from(&form) {
         Ok(p) => p,
         Err((field, why)) => {
-            return render(&ctx, StatusCode::BAD_REQUEST, &level, &form, Some((field, why)), false);
+            return render(
+                &ctx,
+                StatusCode::BAD_REQUEST,
+                &level,
+                &form,
+                Some((field, why)),
+                false,
+            );
         }
     };
     let tenant = ctx.signed.principal.tenant.clone();
@@ -350,7 +428,14 @@ pub async fn update(mut ctx: Ctx, axum::Form(form): axum::Form<Submitted>) -> Re
         Err(s) => {
             let (status, _) = super::routes::status_of(s.code());
             let field = field_of(s.message()).unwrap_or("").to_owned();
-            render(&ctx, status, &level, &form, Some((field, super::routes::message(&s))), false)
+            render(
+                &ctx,
+                status,
+                &level,
+                &form,
+                Some((field, super::routes::message(&s))),
+                false,
+            )
         }
     }
 }
@@ -406,7 +491,13 @@ fn render(
     ctx.page_with(status, Section::Policy, "Policy", body)
 }
 
-fn edit_form(ctx: &Ctx, level: &PolicyOverrides, form: &Submitted, bad_field: &str, bad_text: &str) -> Markup {
+fn edit_form(
+    ctx: &Ctx,
+    level: &PolicyOverrides,
+    form: &Submitted,
+    bad_field: &str,
+    bad_text: &str,
+) -> Markup {
     let err = |name: &str| -> Markup {
         html! {
             @if bad_field == name {
@@ -487,11 +578,19 @@ mod tests {
     #[test]
     fn a_server_message_is_placed_next_to_its_field() {
         assert_eq!(
-            field_of("policy.retention: 10days would loosen the locked tenant policy (3days); a locked policy can only be tightened"),
+            field_of(
+                "policy.retention: 10days would loosen the locked tenant policy (3days); a locked policy can only be tightened"
+            ),
             Some("retention")
         );
-        assert_eq!(field_of("policy.locked: false would loosen"), Some("locked"));
-        assert_eq!(field_of("policy.exec_ceiling.timeout_ms: x"), Some("exec_ceiling"));
+        assert_eq!(
+            field_of("policy.locked: false would loosen"),
+            Some("locked")
+        );
+        assert_eq!(
+            field_of("policy.exec_ceiling.timeout_ms: x"),
+            Some("exec_ceiling")
+        );
         assert_eq!(field_of("something else"), None);
     }
 

@@ -132,7 +132,10 @@ async fn guard(State(limit): State<Duration>, req: Request, next: Next) -> Respo
         }
     };
     let h = resp.headers_mut();
-    h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
     h.insert(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
@@ -267,13 +270,14 @@ impl Ctx {
             .into_response()
     }
 
-    /// Checks a form's CSRF token; the refusal page otherwise.
-    pub fn check_csrf(&self, submitted: &str) -> Result<(), Response> {
+    /// Checks a form's CSRF token: `None` when it is this session's, the
+    /// refusal page otherwise.
+    pub fn csrf_refusal(&self, submitted: &str) -> Option<Response> {
         if self.signed.csrf_ok(submitted) {
-            return Ok(());
+            return None;
         }
         tracing::warn!(principal = %self.signed.principal.id, "console form refused: missing or wrong csrf token");
-        Err(self.page_with(
+        Some(self.page_with(
             StatusCode::FORBIDDEN,
             Section::None,
             "Refused: the form is not from this console session",
@@ -291,12 +295,7 @@ impl Ctx {
             return Redirect::to("/signin?why=token").into_response();
         }
         let (status, title) = status_of(s.code());
-        self.page_with(
-            status,
-            section,
-            title,
-            views::notice("error", &message(s)),
-        )
+        self.page_with(status, section, title, views::notice("error", &message(s)))
     }
 }
 
@@ -370,18 +369,30 @@ async fn signin_form(
     let (cookie, csrf) = match app.sessions.begin() {
         Ok(pair) => pair,
         Err(e) => {
-            return error_page(StatusCode::SERVICE_UNAVAILABLE, "Cannot sign in", &e.to_string());
+            return error_page(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Cannot sign in",
+                &e.to_string(),
+            );
         }
     };
     let why = match q.why.as_str() {
         "expired" => Some("Your console session expired. Sign in again."),
-        "unknown" => Some("That console session has ended (signed out, or the server restarted). Sign in again."),
+        "unknown" => Some(
+            "That console session has ended (signed out, or the server restarted). Sign in again.",
+        ),
         "signedout" => Some("You signed out."),
         "token" => Some("The server no longer accepts your token. Sign in with a current one."),
         "none" => Some("Sign in to continue."),
         _ => None,
     };
-    signin_page(StatusCode::OK, &cookie, &csrf, why.map(|w| ("info", w)), app.secure)
+    signin_page(
+        StatusCode::OK,
+        &cookie,
+        &csrf,
+        why.map(|w| ("info", w)),
+        app.secure,
+    )
 }
 
 fn signin_page(
@@ -432,8 +443,14 @@ async fn signin(
     axum::Form(form): axum::Form<SigninForm>,
 ) -> Response {
     let again = |status: StatusCode, text: &str| match app.sessions.begin() {
-        Ok((cookie, csrf)) => signin_page(status, &cookie, &csrf, Some(("error", text)), app.secure),
-        Err(e) => error_page(StatusCode::SERVICE_UNAVAILABLE, "Cannot sign in", &e.to_string()),
+        Ok((cookie, csrf)) => {
+            signin_page(status, &cookie, &csrf, Some(("error", text)), app.secure)
+        }
+        Err(e) => error_page(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Cannot sign in",
+            &e.to_string(),
+        ),
     };
     if let Err(e) = app
         .sessions
@@ -475,7 +492,7 @@ pub struct CsrfForm {
 }
 
 async fn signout(ctx: Ctx, axum::Form(form): axum::Form<CsrfForm>) -> Response {
-    if let Err(r) = ctx.check_csrf(&form.csrf) {
+    if let Some(r) = ctx.csrf_refusal(&form.csrf) {
         return r;
     }
     ctx.app.sessions.sign_out(&ctx.signed);
@@ -529,7 +546,13 @@ mod tests {
     #[test]
     fn the_session_cookie_is_http_only_strict_and_bounded() {
         let c = set_cookie(COOKIE, "v", "/", Duration::from_secs(60), true);
-        for part in ["HttpOnly", "SameSite=Strict", "Max-Age=60", "Secure", "Path=/"] {
+        for part in [
+            "HttpOnly",
+            "SameSite=Strict",
+            "Max-Age=60",
+            "Secure",
+            "Path=/",
+        ] {
             assert!(c.contains(part), "{c}");
         }
         assert!(!set_cookie(COOKIE, "v", "/", Duration::from_secs(60), false).contains("Secure"));

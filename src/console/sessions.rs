@@ -54,9 +54,16 @@ pub struct Filters {
 
 impl Filters {
     fn request(&self, now: SystemTime) -> Result<proto::ListSessionsRequest, String> {
-        for (name, v) in [("owner", &self.owner), ("q", &self.q), ("label", &self.label)] {
+        for (name, v) in [
+            ("owner", &self.owner),
+            ("q", &self.q),
+            ("label", &self.label),
+        ] {
             if v.len() > MAX_FILTER {
-                return Err(format!("the {name} filter is {} bytes; at most {MAX_FILTER}", v.len()));
+                return Err(format!(
+                    "the {name} filter is {} bytes; at most {MAX_FILTER}",
+                    v.len()
+                ));
             }
         }
         let state = match self.state.as_str() {
@@ -121,7 +128,11 @@ impl Filters {
         .filter(|(_, v)| !v.is_empty())
         .collect();
         let qs = serde_urlencoded::to_string(pairs).unwrap_or_default();
-        if qs.is_empty() { "/sessions".into() } else { format!("/sessions?{qs}") }
+        if qs.is_empty() {
+            "/sessions".into()
+        } else {
+            format!("/sessions?{qs}")
+        }
     }
 }
 
@@ -135,7 +146,12 @@ fn state_name(s: i32) -> &'static str {
 }
 
 /// The list page's body, for a page of sessions (shared with the bench).
-pub fn list_body(f: &Filters, sessions: &[proto::Session], next: &str, error: Option<&str>) -> Markup {
+pub fn list_body(
+    f: &Filters,
+    sessions: &[proto::Session],
+    next: &str,
+    error: Option<&str>,
+) -> Markup {
     let select = |name: &str, current: &str, options: &[(&str, &str)]| -> Markup {
         html! {
             select id=(format!("f-{name}")) name=(name) {
@@ -222,7 +238,10 @@ fn too_long(ctx: &Ctx) -> Response {
         StatusCode::NOT_FOUND,
         Section::Sessions,
         "Not found",
-        views::notice("error", "No such session: the ID is longer than any this server makes."),
+        views::notice(
+            "error",
+            "No such session: the ID is longer than any this server makes.",
+        ),
     )
 }
 
@@ -234,7 +253,9 @@ pub async fn show(mut ctx: Ctx, Path(id): Path<String>) -> Response {
     let s = match ctx
         .calls
         .sessions
-        .get_session(proto::GetSessionRequest { session_id: id.clone() })
+        .get_session(proto::GetSessionRequest {
+            session_id: id.clone(),
+        })
         .await
     {
         Ok(s) => s.into_inner(),
@@ -258,14 +279,25 @@ pub async fn show(mut ctx: Ctx, Path(id): Path<String>) -> Response {
     ctx.page(Section::Sessions, &title, body)
 }
 
-fn session_body(ctx: &Ctx, s: &proto::Session, payloads: &proto::ListPayloadsResponse, refusal: Option<&str>) -> Markup {
+fn session_body(
+    ctx: &Ctx,
+    s: &proto::Session,
+    payloads: &proto::ListPayloadsResponse,
+    refusal: Option<&str>,
+) -> Markup {
     let roles = &ctx.signed.principal.roles;
     let usage = s.usage.unwrap_or_default();
     let policy = s.policy.clone().unwrap_or_default();
     let can_read = may(roles, Rpc::Read)
         && (policy.compliance_can_read == Some(true)
-            || roles.iter().any(|r| matches!(r, crate::auth::Role::Agent | crate::auth::Role::Admin)));
-    let derived: Vec<&proto::Payload> = payloads.payloads.iter().filter(|p| !p.derived_from.is_empty()).collect();
+            || roles
+                .iter()
+                .any(|r| matches!(r, crate::auth::Role::Agent | crate::auth::Role::Admin)));
+    let derived: Vec<&proto::Payload> = payloads
+        .payloads
+        .iter()
+        .filter(|p| !p.derived_from.is_empty())
+        .collect();
     html! {
         @if let Some(r) = refusal { (views::notice("error", r)) }
         section class="card" aria-labelledby="meta-h" {
@@ -374,8 +406,12 @@ pub struct HoldForm {
 }
 
 /// POST /sessions/{id}/hold.
-pub async fn hold(mut ctx: Ctx, Path(id): Path<String>, axum::Form(f): axum::Form<HoldForm>) -> Response {
-    if let Err(r) = ctx.check_csrf(&f.csrf) {
+pub async fn hold(
+    mut ctx: Ctx,
+    Path(id): Path<String>,
+    axum::Form(f): axum::Form<HoldForm>,
+) -> Response {
+    if let Some(r) = ctx.csrf_refusal(&f.csrf) {
         return r;
     }
     if !id_ok(&id) {
@@ -396,7 +432,9 @@ async fn session_of(ctx: &mut Ctx, id: &str) -> Result<proto::Session, tonic::St
     Ok(ctx
         .calls
         .sessions
-        .get_session(proto::GetSessionRequest { session_id: id.to_owned() })
+        .get_session(proto::GetSessionRequest {
+            session_id: id.to_owned(),
+        })
         .await?
         .into_inner())
 }
@@ -446,8 +484,12 @@ pub struct DeleteForm {
 }
 
 /// POST /sessions/{id}/delete: DeleteSession, then its receipt.
-pub async fn delete(mut ctx: Ctx, Path(id): Path<String>, axum::Form(f): axum::Form<DeleteForm>) -> Response {
-    if let Err(r) = ctx.check_csrf(&f.csrf) {
+pub async fn delete(
+    mut ctx: Ctx,
+    Path(id): Path<String>,
+    axum::Form(f): axum::Form<DeleteForm>,
+) -> Response {
+    if let Some(r) = ctx.csrf_refusal(&f.csrf) {
         return r;
     }
     if !id_ok(&id) {
@@ -467,7 +509,12 @@ pub async fn delete(mut ctx: Ctx, Path(id): Path<String>, axum::Form(f): axum::F
             match session_of(&mut ctx, &id).await {
                 Ok(s) => {
                     let body = confirm_body(&ctx, &s, Some(&msg));
-                    ctx.page_with(StatusCode::CONFLICT, Section::Sessions, "Delete a session", body)
+                    ctx.page_with(
+                        StatusCode::CONFLICT,
+                        Section::Sessions,
+                        "Delete a session",
+                        body,
+                    )
                 }
                 Err(_) => ctx.refused(Section::Sessions, &st),
             }
@@ -482,7 +529,14 @@ pub async fn payload(mut ctx: Ctx, Path(id): Path<String>) -> Response {
     if !id_ok(&id) {
         return too_long(&ctx);
     }
-    let p = match ctx.calls.payloads.stat(proto::PayloadRequest { payload_id: id.clone() }).await {
+    let p = match ctx
+        .calls
+        .payloads
+        .stat(proto::PayloadRequest {
+            payload_id: id.clone(),
+        })
+        .await
+    {
         Ok(p) => p.into_inner(),
         Err(s) => return ctx.refused(Section::Sessions, &s),
     };
@@ -492,7 +546,10 @@ pub async fn payload(mut ctx: Ctx, Path(id): Path<String>) -> Response {
         .read(proto::ReadRequest {
             payload_id: id.clone(),
             max_bytes: CONTENT_BYTES,
-            range: Some(proto::read_request::Range::ByteRange(proto::ByteRange { offset: 0, length: CONTENT_BYTES })),
+            range: Some(proto::read_request::Range::ByteRange(proto::ByteRange {
+                offset: 0,
+                length: CONTENT_BYTES,
+            })),
         })
         .await;
     let body = html! {

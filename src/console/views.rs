@@ -79,7 +79,11 @@ pub fn page(title: &str, chrome: Option<&Chrome<'_>>, body: Markup) -> Markup {
 }
 
 fn roles(roles: &[Role]) -> String {
-    roles.iter().map(|r| r.name()).collect::<Vec<_>>().join(", ")
+    roles
+        .iter()
+        .map(|r| r.name())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn nav(c: &Chrome<'_>) -> Markup {

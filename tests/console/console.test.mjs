@@ -53,7 +53,6 @@ async function auditRows(page, query) {
 test('the compliance flow: policy, hold, refused and granted deletion, receipt, audit', async () => {
   const ctx = await newContext();
   const page = await signIn(ctx, server.base, 'tok-carol');
-  await shot(page, 'overview');
 
   // Tighten retention and lock the policy.
   await page.goto(`${server.base}/policy`);
@@ -85,6 +84,10 @@ test('the compliance flow: policy, hold, refused and granted deletion, receipt, 
   await page.getByRole('button', { name: 'Place a legal hold' }).click();
   await page.getByText('litigation 2026-42').waitFor();
   await shot(page, 'session');
+  await page.goto(`${server.base}/overview`);
+  await page.getByText('litigation 2026-42').waitFor(); // among the active holds
+  await shot(page, 'overview');
+  await page.goto(`${server.base}/sessions/${seed.report}`);
 
   await page.getByRole('link', { name: 'Delete this session…' }).click();
   await page.getByLabel(/Reason/).fill('end of matter');
@@ -135,6 +138,7 @@ test('the compliance flow: policy, hold, refused and granted deletion, receipt, 
   assert.ok(deletes.some((r) => /receipt=rcpt_/.test(r)), `the deletion: ${deletes}`);
   const verifies = await auditRows(page, { action: 'audit.verify', principal: 'carol' });
   assert.ok(verifies.some((r) => /\tok\t/.test(r)), `${verifies}`);
+  await page.goto(`${server.base}/audit?session=${seed.report}`);
   await shot(page, 'audit');
 
   // The export streams the chain as NDJSON, ending with its own event.
