@@ -4,7 +4,7 @@ CARGO ?= cargo
 BIN := $(CARGO) run --release --locked --quiet --
 ENGINES := redb sled
 
-.PHONY: help build run test test-engine test-console console-screenshots bench-console lint fmt images bench reliability reliability-smoke fuzz clean
+.PHONY: help build run test test-engine test-python python-stubs bench-python test-console console-screenshots bench-console lint fmt images bench reliability reliability-smoke fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -24,7 +24,33 @@ test: images ## Build the images if needed, then unit and integration tests agai
 		echo "== integration tests, store.engine = $$engine"; \
 		SPILLWAY_TEST_ENGINE=$$engine $(CARGO) test --locked --test all -- --test-threads 2 || exit 1; \
 	done
+	$(MAKE) test-python
 	$(MAKE) test-console
+
+# The Python client (clients/python): a venv under ~/.cache with the package,
+# its test deps and the official openai/anthropic SDKs (for the round-trip
+# tests); pytest runs against the real debug binary.
+PYTHON ?= python3
+PY_VENV ?= $(HOME)/.cache/spillway/python-venv
+
+$(PY_VENV)/bin/python:
+	$(PYTHON) -m venv $(PY_VENV)
+
+test-python: images $(PY_VENV)/bin/python ## mypy --strict and pytest of the Python client and kit, against the debug binary
+	$(CARGO) build --locked --bin spillway
+	$(PY_VENV)/bin/pip install -q --upgrade "./clients/python[test,sdk]"
+	cd clients/python && $(PY_VENV)/bin/mypy
+	cd clients/python && $(PY_VENV)/bin/pytest -q
+
+python-stubs: $(PY_VENV)/bin/python ## Regenerate the Python stubs (clients/python/src/spillway/v1, gitignored) from proto/
+	$(PY_VENV)/bin/pip install -q "grpcio-tools>=1.85.1,<1.86"
+	$(PY_VENV)/bin/python clients/python/gen_stubs.py
+
+bench-python: $(PY_VENV)/bin/python ## Client-side overhead of an Offload call against the raw stub, and the agent loop's line counts
+	$(CARGO) build --locked --bin spillway
+	$(PY_VENV)/bin/pip install -q --upgrade "./clients/python[test]"
+	cd clients/python && $(PY_VENV)/bin/python bench/offload_overhead.py
+
 
 # The console's browser tests: Debian's chromium, playwright-core and axe-core
 # (npm, pinned, cached under ~/.cache), against the real debug binary.

@@ -18,6 +18,9 @@ struct Counting;
 static ALLOCS: AtomicU64 = AtomicU64::new(0);
 static BYTES: AtomicU64 = AtomicU64::new(0);
 
+// SAFETY: every method forwards unchanged to the system allocator, which
+// upholds GlobalAlloc's contract; the counters only observe.
+#[allow(unsafe_code)]
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         ALLOCS.fetch_add(1, Ordering::Relaxed);
@@ -103,6 +106,7 @@ async fn main() {
         client
             .repair_history(proto::RepairHistoryRequest {
                 messages: messages.clone(),
+                ..Default::default()
             })
             .await
             .unwrap();
@@ -119,6 +123,7 @@ async fn main() {
                 messages,
                 current_turn: 100,
                 settings: None,
+                ..Default::default()
             })
             .await
             .unwrap()

@@ -22,7 +22,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::auth::Role;
+pub use crate::auth::TokenConfig;
+pub use crate::policy::PolicyDefaults;
+pub use crate::store::{EngineKind, StoreConfig};
+pub use crate::tls::TlsConfig;
 
 /// The current configuration format version.
 pub const CONFIG_VERSION: u32 = 1;
@@ -89,20 +92,6 @@ impl Default for Config {
     }
 }
 
-/// The `[tls]` section: PEM file paths. Without `cert` and `key` the server
-/// speaks plaintext gRPC (default).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct TlsConfig {
-    /// The server's certificate chain. With `key`, turns TLS on.
-    pub cert: Option<PathBuf>,
-    /// The private key of `cert`.
-    pub key: Option<PathBuf>,
-    /// CA certificates for client certificates: when set, every client must
-    /// present a certificate one of them signed (mutual TLS).
-    pub client_ca: Option<PathBuf>,
-}
-
 /// The `[auth]` section.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -111,64 +100,6 @@ pub struct AuthConfig {
     /// it makes one random admin token, writes it to `<data_dir>/dev-token`,
     /// and listens on loopback only.
     pub tokens: Vec<TokenConfig>,
-}
-
-/// One `[[auth.tokens]]` entry.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct TokenConfig {
-    /// The token in plain text. Give either this or `token_sha256`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub token: Option<String>,
-    /// Hex SHA-256 of the token, so that no secret sits in the file.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub token_sha256: Option<String>,
-    /// The principal's ID, as it appears in sessions and the audit log.
-    pub principal: String,
-    /// The tenant the principal belongs to.
-    pub tenant: String,
-    /// Roles granted to the principal.
-    pub roles: Vec<Role>,
-}
-
-/// Which embedded engine holds the metadata.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum EngineKind {
-    /// redb: ACID commits made durable with `fdatasync` (the default).
-    #[default]
-    Redb,
-    /// sled 0.34: flushed, then its files fsynced before a commit returns.
-    Sled,
-}
-
-impl EngineKind {
-    /// The engine's name as used in config.
-    pub fn name(self) -> &'static str {
-        match self {
-            EngineKind::Redb => "redb",
-            EngineKind::Sled => "sled",
-        }
-    }
-}
-
-/// The `[store]` section.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct StoreConfig {
-    /// `"redb"` (default) or `"sled"`.
-    pub engine: EngineKind,
-    /// The metadata engine's page cache, in bytes (default 64 MiB).
-    pub cache_bytes: usize,
-}
-
-impl Default for StoreConfig {
-    fn default() -> Self {
-        Self {
-            engine: EngineKind::default(),
-            cache_bytes: crate::store::engine::DEFAULT_CACHE_BYTES,
-        }
-    }
 }
 
 /// The `[limits]` section. Every bound the server enforces lives here.
@@ -230,57 +161,6 @@ impl Default for Limits {
             search_timeout: Duration::from_secs(10),
             max_search_matches: 10_000,
             upload_idle_timeout: Duration::from_secs(60),
-        }
-    }
-}
-
-/// The `[policy]` section: the server default policy.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct PolicyDefaults {
-    /// Maximum payload age (default 7 days).
-    #[serde(with = "humantime_serde")]
-    pub retention: Duration,
-    /// Maximum session age (default 7 days).
-    #[serde(with = "humantime_serde")]
-    pub session_ttl: Duration,
-    /// Byte quota of a session; 0 = none (default).
-    pub max_session_bytes: u64,
-    /// Largest payload; 0 = none beyond `limits.max_payload_bytes` (default).
-    pub max_payload_bytes: u64,
-    /// Payload count quota of a session; 0 = none (default).
-    pub max_payloads: u64,
-    /// Delete a session's payloads when it is closed (default false).
-    pub delete_on_close: bool,
-    /// Whether raw bytes may be downloaded, and read beyond the preview size
-    /// (default true).
-    pub allow_download: bool,
-    /// Whether scripts may run (default true).
-    pub allow_exec: bool,
-    /// Whether compliance principals may read content (default false). The
-    /// effective policy ANDs the levels, so a tenant can grant it only where
-    /// this is true.
-    pub compliance_can_read: bool,
-    /// The most any exec may ask for (default 5 min, 4 GiB, 64 MiB stdout).
-    pub exec_ceiling: crate::sandbox::limits::ExecLimits,
-    /// Redaction rules every session gets (default none).
-    pub redact: Vec<String>,
-}
-
-impl Default for PolicyDefaults {
-    fn default() -> Self {
-        Self {
-            retention: Duration::from_secs(7 * 24 * 3600),
-            session_ttl: Duration::from_secs(7 * 24 * 3600),
-            max_session_bytes: 0,
-            max_payload_bytes: 0,
-            max_payloads: 0,
-            delete_on_close: false,
-            allow_download: true,
-            allow_exec: true,
-            compliance_can_read: false,
-            exec_ceiling: crate::sandbox::limits::ExecLimits::CEILING,
-            redact: Vec::new(),
         }
     }
 }
@@ -476,9 +356,7 @@ impl Config {
             ));
         }
         self.offload.validate().map_err(ConfigError::Invalid)?;
-        self.console
-            .validate(self.tls.cert.is_some(), self.tls.client_ca.is_some())
-            .map_err(ConfigError::Invalid)?;
+        self.console.validate().map_err(ConfigError::Invalid)?;
         Ok(())
     }
 
@@ -561,6 +439,7 @@ fn set_path(tree: &mut toml::Table, path: &[&str], value: toml::Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::auth::Role;
 
     fn write(dir: &tempfile::TempDir, text: &str) -> PathBuf {
         let path = dir.path().join("spillway.toml");

@@ -58,6 +58,12 @@ pub enum ApiError {
     /// A server-side limit was hit.
     #[error("{0}")]
     Limit(String),
+    /// The client sent nothing for longer than a limit allows.
+    #[error("{0}")]
+    Timeout(String),
+    /// The client's stream ended before the operation was complete.
+    #[error("{0}")]
+    Cancelled(String),
     /// A background task failed in a way the client cannot act on.
     #[error("{0}")]
     Internal(String),
@@ -106,6 +112,8 @@ fn code_of(e: &ApiError) -> Code {
         ApiError::Id(_) | ApiError::BadRequest(_) | ApiError::Policy(_) => Code::InvalidArgument,
         ApiError::Hidden { .. } | ApiError::Missing(_) => Code::NotFound,
         ApiError::Limit(_) => Code::ResourceExhausted,
+        ApiError::Timeout(_) => Code::DeadlineExceeded,
+        ApiError::Cancelled(_) => Code::Cancelled,
         ApiError::Internal(_) => Code::Internal,
         ApiError::Offload(OffloadError::Invalid(_)) => Code::InvalidArgument,
         ApiError::Offload(OffloadError::TooManyResults { .. }) => Code::ResourceExhausted,
@@ -149,9 +157,37 @@ pub fn oversize_message(key: &str, limit: usize) -> String {
     )
 }
 
-/// Rewrites tonic's own "message too large" status (OUT_OF_RANGE) into the
-/// contract's RESOURCE_EXHAUSTED, naming the config key of the limit.
+/// The error for a request stream that broke off: a message over a size
+/// limit (named, as [`map_decode_status`] does), or a client that went away.
+pub fn stream_error(status: Status, limits: &crate::config::Limits) -> ApiError {
+    let mapped = map_decode_status(status, limits);
+    match mapped.code() {
+        Code::ResourceExhausted => ApiError::Limit(mapped.message().to_owned()),
+        Code::InvalidArgument => ApiError::BadRequest(mapped.message().to_owned()),
+        _ => ApiError::Cancelled(format!(
+            "the request stream broke off ({}); nothing was stored. Retry",
+            mapped.message()
+        )),
+    }
+}
+
+/// Prefix prost gives a message it cannot decode (tonic reports it as
+/// INTERNAL).
+pub const PROST_DECODE_PREFIX: &str = "failed to decode Protobuf message: ";
+
+/// Rewrites tonic's own statuses for requests it could not take into the
+/// contract's codes: "message too large" (OUT_OF_RANGE) becomes
+/// RESOURCE_EXHAUSTED, naming the config key of the limit, and a message
+/// that does not decode (INTERNAL) becomes INVALID_ARGUMENT, naming the
+/// field prost stopped at.
 pub fn map_decode_status(status: Status, limits: &crate::config::Limits) -> Status {
+    if status.code() == Code::Internal
+        && let Some(what) = status.message().strip_prefix(PROST_DECODE_PREFIX)
+    {
+        return Status::invalid_argument(format!(
+            "the request message could not be decoded, so nothing was done: {what}. Send a well-formed spillway.v1 message (string fields must be valid UTF-8; bytes fields take anything)"
+        ));
+    }
     if status.code() != Code::OutOfRange || !status.message().starts_with(TONIC_DECODE_LIMIT_PREFIX)
     {
         return status;
@@ -211,6 +247,16 @@ mod tests {
         assert!(
             s.message()
                 .contains("limits.max_request_message_bytes (4 bytes)"),
+            "{}",
+            s.message()
+        );
+        let bad = Status::internal(format!(
+            "{PROST_DECODE_PREFIX}SearchRequest.pattern: invalid string value: data is not UTF-8 encoded"
+        ));
+        let s = map_decode_status(bad, &limits);
+        assert_eq!(s.code(), Code::InvalidArgument);
+        assert!(
+            s.message().contains("SearchRequest.pattern"),
             "{}",
             s.message()
         );

@@ -4,7 +4,9 @@
 //!
 //! # Layout
 //!
-//! - [`config`]: the configuration tree, its defaults and its loader.
+//! - [`config`]: the configuration tree, its defaults and its loader; it
+//!   assembles the sections the rooms own (`[auth]` tokens, `[tls]`,
+//!   `[store]`, `[policy]`, `[offload]`, `[sandbox]`, `[reaper]`).
 //! - [`telemetry`]: `tracing` setup.
 //! - [`shutdown`]: the shutdown signal shared by the server's tasks.
 //! - [`server`]: builds the tonic server, health and reflection, and runs it.
@@ -12,18 +14,28 @@
 //! - [`error`]: every layer's error mapped to a `tonic::Status`, in one place.
 //! - [`ids`]: typed, unguessable IDs (`ses_`, `pl_`, `rcpt_`).
 //! - [`clock`]: the time source, replaceable in tests.
+//! - [`guest`]: where payloads appear to scripts (`/payloads/…`), in one
+//!   place.
 //! - [`faults`]: named crash points for crash tests of the real binary.
+//! - [`fsutil`]: owner-only durable file writes (dev token, receipt key).
+//! - [`text`]: numbers in words (grouped digits, counted nouns).
+//! - [`receipt`]: deletion receipts' canonical bytes and HMAC-SHA256
+//!   signatures, pure; the server signs with it, the CLI verifies.
 //! - [`reaper`]: the background task that deletes what has expired, paced,
 //!   driven by the expiry index.
 //! - [`auth`]: bearer tokens to principals, and the access table.
 //! - [`store`]: metadata trees over one engine interface (redb, sled) and
 //!   the cap-std payload directories; crash-safe writes, reconciliation,
-//!   ranged reads.
-//! - [`inspect`]: content-type detection and bounded JSON scanning.
+//!   ranged reads. It only stores: deletions return their receipts and the
+//!   caller audits them; it imports no room above it.
+//! - [`inspect`]: content-type detection, bounded JSON scanning, structure
+//!   inference and its cache by content hash, search.
 //! - [`offload`]: token estimates, the per-turn offload decision, previews and
 //!   notices.
-//! - [`policy`]: the effective policy (server default, tenant policy and
-//!   session overrides, strictest wins) and the tighten-only checks.
+//! - [`policy`]: the policy fields (one list, generated into the complete
+//!   policy, the stored level and the `[policy]` section), the effective
+//!   policy (server default, tenant policy and session overrides,
+//!   strictest wins) and the tighten-only checks.
 //! - [`redact`]: policy redaction rules (built-ins and regexes) applied to
 //!   bytes, one-shot or streaming in bounded memory.
 //! - [`context`]: history repair, budgets, microcompaction, recall keys and
@@ -32,10 +44,16 @@
 //!   directories and limits. The only module that names wasmtime.
 //! - [`audit`]: audit events in a tamper-evident hash chain: canonical
 //!   form, sealing, streaming verification, export lines; and the stored
-//!   log, one chain per tenant, with durable appends and queries.
-//! - [`api`]: the tonic services; the only code that sees prost types.
-//! - [`console`]: the compliance console, a web front door that is a gRPC
-//!   client of the server it runs in (axum, maud, plotters).
+//!   log, one chain per tenant, with durable appends and queries. A room
+//!   beside the store, over the same engine handle
+//!   ([`store::open_engine`]).
+//! - [`service`]: one function per operation, taking a principal and domain
+//!   types: access decisions, policy resolution, redaction and auditing
+//!   happen here, once, for every front door.
+//! - [`api`]: the tonic services; the only code that sees prost types. Each
+//!   RPC converts its message and calls one [`service`] operation.
+//! - [`console`]: the compliance console, a web front door (axum, maud,
+//!   plotters) that calls the same [`service`] operations as gRPC.
 //! - [`cli`]: the client subcommands of the `spillway` binary.
 //! - [`proto`]: the generated `spillway.v1` types.
 
@@ -49,17 +67,22 @@ pub mod console;
 pub mod context;
 pub mod error;
 pub mod faults;
+pub mod fsutil;
+pub mod guest;
 pub mod ids;
 pub mod inspect;
 pub mod offload;
 pub mod policy;
 pub mod reaper;
+pub mod receipt;
 pub mod redact;
 pub mod sandbox;
 pub mod server;
+pub mod service;
 pub mod shutdown;
 pub mod store;
 pub mod telemetry;
+pub mod text;
 pub mod tls;
 
 /// The generated `spillway.v1` messages, services and JSON mappings.

@@ -31,10 +31,19 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            match e.downcast_ref::<tonic::Status>() {
-                Some(s) => eprintln!("error: {:?}: {}", s.code(), s.message()),
-                None => eprintln!("error: {e:#}"),
+            // `spillway read … | head`: the reader went away, which is not an error.
+            let closed = e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            });
+            if closed {
+                return ExitCode::SUCCESS;
             }
+            let text = match e.downcast_ref::<tonic::Status>() {
+                Some(s) => format!("error: {:?}: {}", s.code(), s.message()),
+                None => format!("error: {e:#}"),
+            };
+            eprintln!("{}", spillway::cli::escape_controls(&text));
             ExitCode::FAILURE
         }
     }

@@ -4,8 +4,9 @@
 //! scanning every payload. Work due while the server was down is found by
 //! the first pass at startup. Each step deletes at most `reaper.batch`
 //! entries on a blocking thread and then pauses for `reaper.pause`, so RPCs
-//! always get the disk and the engine between steps. Every deletion is
-//! audited under the principal `reaper` and yields a stored receipt.
+//! always get the disk and the engine between steps. Every deletion yields
+//! a stored receipt, which the reaper then audits under the principal
+//! `reaper`, after the deletion (the receipt is stored either way).
 //!
 //! Passes resume after the last entry looked at, so entries held back by a
 //! legal hold are not re-read every interval. Releasing a hold, or anything
@@ -24,11 +25,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
-use crate::audit::NewEvent;
+use crate::audit::{AuditLog, NewEvent, deletion_event};
 use crate::store::Store;
-use crate::store::delete::deletion_event;
-use crate::store::expiry::{REAPER, ReapStep};
-use crate::store::records::ReceiptRecord;
+use crate::store::{REAPER, ReapStep, ReceiptRecord};
 
 /// `[reaper]` configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -95,7 +94,11 @@ impl Drop for ReaperGuard {
 }
 
 /// Starts the reaper; it runs until the returned guard is dropped.
-pub fn spawn(store: Arc<Store>, config: ReaperConfig) -> (ReaperHandle, ReaperGuard) {
+pub fn spawn(
+    store: Arc<Store>,
+    audit_log: Arc<AuditLog>,
+    config: ReaperConfig,
+) -> (ReaperHandle, ReaperGuard) {
     let handle = ReaperHandle::default();
     let shared = handle.inner.clone();
     let task = tokio::spawn(async move {
@@ -126,7 +129,7 @@ pub fn spawn(store: Arc<Store>, config: ReaperConfig) -> (ReaperHandle, ReaperGu
                     ReapStep::default()
                 }
             };
-            audit(&store, &step.receipts).await;
+            audit(&audit_log, &step.receipts).await;
             if !step.receipts.is_empty() || step.held > 0 || step.failed > 0 {
                 tracing::info!(
                     deleted = step.receipts.len(),
@@ -158,13 +161,13 @@ pub fn spawn(store: Arc<Store>, config: ReaperConfig) -> (ReaperHandle, ReaperGu
 }
 
 /// Appends one audit event per reaper deletion.
-async fn audit(store: &Arc<Store>, receipts: &[ReceiptRecord]) {
+async fn audit(audit_log: &Arc<AuditLog>, receipts: &[ReceiptRecord]) {
     if receipts.is_empty() {
         return;
     }
     let events: Vec<NewEvent> = receipts.iter().map(|r| deletion_event(r, REAPER)).collect();
-    let store = store.clone();
-    let appended = tokio::task::spawn_blocking(move || store.audit().append_all(events)).await;
+    let audit_log = audit_log.clone();
+    let appended = tokio::task::spawn_blocking(move || audit_log.append_all(events)).await;
     if !matches!(appended, Ok(Ok(_))) {
         tracing::error!("could not audit the reaper's deletions; their receipts are stored");
     }

@@ -1,6 +1,7 @@
 //! Builds and runs the gRPC server: Sessions, Payloads, Context, CodeMode,
 //! Audit and Policies behind the authenticating interceptor, plus `grpc.health.v1`
-//! and reflection v1.
+//! and reflection (v1 and v1alpha). One list ([`Served`]) feeds the router
+//! and health, so every served service reports its status.
 //!
 //! Shutdown: when the shutdown future resolves, health turns NOT_SERVING,
 //! the listener closes, in-flight calls get `shutdown_grace` to finish, and
@@ -11,23 +12,27 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
+use tonic::server::NamedService;
 use tonic::service::interceptor::InterceptedService;
+use tonic_health::ServingStatus::{self, NotServing, Serving};
 
 use crate::api::{
-    AppState, Authenticator, audit::AuditService, codemode::CodeModeService,
-    context::ContextService, payloads::PayloadsService, policies::PoliciesService,
-    sessions::SessionsService,
+    AuditService, Authenticator, CodeModeService, ContextService, PayloadsService, PoliciesService,
+    SessionsService,
 };
+use crate::audit::AuditLog;
 use crate::auth::TokenTable;
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::error::map_decode_status;
+use crate::inspect::cache::StructureCache;
 use crate::proto::{
     audit_server::AuditServer, code_mode_server::CodeModeServer, context_server::ContextServer,
     payloads_server::PayloadsServer, policies_server::PoliciesServer,
     sessions_server::SessionsServer,
 };
 use crate::sandbox::{Sandbox, SandboxError};
+use crate::service::Service;
 use crate::store::{Store, StoreError, StoreSettings};
 
 /// HTTP/2 receive window of one stream. Large bodies (an Offload turn, an
@@ -39,6 +44,61 @@ const STREAM_WINDOW: u32 = 8 << 20;
 const CONNECTION_WINDOW: u32 = 32 << 20;
 /// Largest HTTP/2 frame the server accepts: fewer frames per large message.
 const MAX_FRAME: u32 = 1 << 20;
+/// The served services, authenticated, and their names: the one list that
+/// the router and health are built from.
+struct Served {
+    auth: Authenticator,
+    routes: tonic::service::Routes,
+    names: Names,
+}
+
+/// The names of the served services, for health.
+#[derive(Clone, Default)]
+struct Names(Vec<&'static str>);
+
+impl Names {
+    /// Reports every name, and the server as a whole (`""`), as `status`.
+    async fn report(&self, reporter: &tonic_health::server::HealthReporter, status: ServingStatus) {
+        reporter.set_service_status("", status).await;
+        for name in &self.0 {
+            reporter.set_service_status(*name, status).await;
+        }
+    }
+}
+
+impl Served {
+    fn new(auth: Authenticator) -> Self {
+        Self {
+            auth,
+            routes: tonic::service::Routes::default(),
+            names: Names::default(),
+        }
+    }
+
+    /// Serves `svc` behind the authenticating interceptor.
+    fn add<S>(&mut self, svc: S)
+    where
+        S: tower::Service<
+                http::Request<tonic::body::Body>,
+                Response = http::Response<tonic::body::Body>,
+                Error = std::convert::Infallible,
+            > + NamedService
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        S::Future: Send + 'static,
+    {
+        self.names.0.push(S::NAME);
+        let routes = std::mem::take(&mut self.routes);
+        self.routes = routes.add_service(InterceptedService::new(svc, self.auth.clone()));
+    }
+
+    async fn report(&self, reporter: &tonic_health::server::HealthReporter, status: ServingStatus) {
+        self.names.report(reporter, status).await;
+    }
+}
+
 /// Why the server could not start or stop cleanly.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -87,6 +147,7 @@ pub fn bound_malloc_arenas() {
         let arenas = libc::c_int::try_from(2 * cores).unwrap_or(libc::c_int::MAX);
         // SAFETY: mallopt only sets a glibc tunable; it is called before
         // the runtime starts any thread.
+        #[allow(unsafe_code)]
         unsafe {
             libc::mallopt(libc::M_ARENA_MAX, arenas);
         }
@@ -139,9 +200,30 @@ pub async fn run_with_clock(
         cache_bytes: config.store.cache_bytes,
     };
     let data_dir = config.data_dir.clone();
-    let (store, report) =
-        tokio::task::spawn_blocking(move || Store::open(&data_dir, settings, clock)).await??;
+    // The store and the audit log share one engine; deletions a crash
+    // interrupted are audited as the store finishes them.
+    let inspect_cache = Arc::new(StructureCache::new());
+    let content_cache = inspect_cache.clone();
+    let (store, audit_log, report) = tokio::task::spawn_blocking(move || {
+        let engine = crate::store::open_engine(&data_dir, &settings)?;
+        let audit_log = AuditLog::new(engine.clone(), clock.clone());
+        let (store, report) = Store::open(
+            engine,
+            &data_dir,
+            settings,
+            clock,
+            content_cache,
+            &mut |r| {
+                audit_log
+                    .append(crate::audit::deletion_finished_after_crash(r))
+                    .map(drop)
+            },
+        )?;
+        Ok::<_, crate::store::StoreError>((store, audit_log, report))
+    })
+    .await??;
     let store = Arc::new(store);
+    let audit_log = Arc::new(audit_log);
     tracing::info!(
         engine = store.engine_name(),
         repaired = !report.is_clean(),
@@ -153,15 +235,23 @@ pub async fn run_with_clock(
         let (cfg, dir, ceiling) = (
             config.sandbox.clone(),
             config.data_dir.clone(),
-            config.policy.exec_ceiling,
+            config.policy.exec_ceiling.into(),
         );
         Arc::new(tokio::task::spawn_blocking(move || Sandbox::open(cfg, &dir, ceiling)).await??)
     };
     sandbox.warm_up();
 
-    let (reaper, _reaper_guard) = crate::reaper::spawn(store.clone(), config.reaper.clone());
+    let (reaper, _reaper_guard) =
+        crate::reaper::spawn(store.clone(), audit_log.clone(), config.reaper.clone());
     let config = Arc::new(config);
-    let state = AppState::new(store.clone(), config.clone(), sandbox, reaper);
+    let state = Service::new(
+        store.clone(),
+        audit_log,
+        inspect_cache,
+        config.clone(),
+        sandbox,
+        reaper,
+    );
     let auth = Authenticator::new(tokens.clone());
     let limits = &config.limits;
 
@@ -212,28 +302,31 @@ pub async fn run_with_clock(
         .max_decoding_message_size(limits.max_request_message_bytes)
         .max_encoding_message_size(limits.max_response_message_bytes);
 
+    // The one list of served services: it feeds the router and health.
+    let mut served = Served::new(auth);
+    served.add(sessions);
+    served.add(payloads);
+    served.add(context);
+    served.add(codemode);
+    served.add(audit);
+    served.add(policies);
     let (health_reporter, health) = tonic_health::server::health_reporter();
-    health_reporter
-        .set_serving::<SessionsServer<SessionsService>>()
-        .await;
-    health_reporter
-        .set_serving::<PayloadsServer<PayloadsService>>()
-        .await;
-    health_reporter
-        .set_serving::<AuditServer<AuditService>>()
-        .await;
-    health_reporter
-        .set_serving::<PoliciesServer<PoliciesService>>()
-        .await;
-    health_reporter
-        .set_service_status("", tonic_health::ServingStatus::Serving)
-        .await;
+    served.report(&health_reporter, Serving).await;
 
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    // v1 and v1alpha both: older tools (grpcurl 1.8) ask for v1alpha.
+    let reflection_alpha = reflection()
+        .build_v1alpha()
+        .map_err(|e| ServerError::Reflection(e.to_string()))?;
+    let reflection = reflection()
         .build_v1()
         .map_err(|e| ServerError::Reflection(e.to_string()))?;
+    served.add(reflection);
+    served.add(reflection_alpha);
 
     let decode_limits = limits.clone();
     let oversize =
@@ -256,30 +349,16 @@ pub async fn run_with_clock(
             l,
             config.clone(),
             tokens.clone(),
-            local,
+            state.clone(),
             console_rx,
         )?),
         None => None,
     };
-    let reporter = health_reporter.clone();
+    let (reporter, names) = (health_reporter.clone(), served.names.clone());
     let signal = async move {
         shutdown.await;
         drop(console_stop);
-        reporter
-            .set_service_status("", tonic_health::ServingStatus::NotServing)
-            .await;
-        reporter
-            .set_not_serving::<SessionsServer<SessionsService>>()
-            .await;
-        reporter
-            .set_not_serving::<PayloadsServer<PayloadsService>>()
-            .await;
-        reporter
-            .set_not_serving::<AuditServer<AuditService>>()
-            .await;
-        reporter
-            .set_not_serving::<PoliciesServer<PoliciesService>>()
-            .await;
+        names.report(&reporter, NotServing).await;
         let _ = drain_tx.send(());
     };
 
@@ -302,14 +381,8 @@ pub async fn run_with_clock(
         .max_frame_size(Some(MAX_FRAME))
         .http2_keepalive_interval(Some(std::time::Duration::from_secs(30)))
         .layer(oversize)
+        .add_routes(served.routes)
         .add_service(health)
-        .add_service(InterceptedService::new(reflection, auth.clone()))
-        .add_service(InterceptedService::new(sessions, auth.clone()))
-        .add_service(InterceptedService::new(payloads, auth.clone()))
-        .add_service(InterceptedService::new(context, auth.clone()))
-        .add_service(InterceptedService::new(codemode, auth.clone()))
-        .add_service(InterceptedService::new(audit, auth.clone()))
-        .add_service(InterceptedService::new(policies, auth))
         // TCP_NODELAY: without it, a reply that follows a small write of
         // ours (a WINDOW_UPDATE for a large request) waits for the client's
         // delayed ACK, 40 ms on Linux.

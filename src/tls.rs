@@ -11,7 +11,21 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
 
-use crate::config::TlsConfig;
+use serde::{Deserialize, Serialize};
+
+/// The `[tls]` section: PEM file paths. Without `cert` and `key` the server
+/// speaks plaintext gRPC (default).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsConfig {
+    /// The server's certificate chain. With `key`, turns TLS on.
+    pub cert: Option<PathBuf>,
+    /// The private key of `cert`.
+    pub key: Option<PathBuf>,
+    /// CA certificates for client certificates: when set, every client must
+    /// present a certificate one of them signed (mutual TLS).
+    pub client_ca: Option<PathBuf>,
+}
 
 /// Why TLS could not be set up.
 #[derive(Debug, thiserror::Error)]

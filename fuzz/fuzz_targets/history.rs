@@ -35,7 +35,7 @@ fn calls_and_results(messages: &[Message]) -> Vec<String> {
                 "result {} {} {}",
                 r.tool_use_id, r.is_error, r.content
             )),
-            Block::Text(_) => None,
+            Block::Text(_) | Block::Part(_) => None,
         })
         .collect()
 }

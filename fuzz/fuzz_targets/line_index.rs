@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use spillway::store::lines::{LineIndex, LineIndexBuilder, STRIDE};
+use spillway::store::{LINE_INDEX_STRIDE as STRIDE, LineIndex, LineIndexBuilder};
 
 /// Where the newlines are: the plain-scan oracle, built once per input so
 /// that each check is a binary search (quadratic checks made this target

@@ -8,8 +8,7 @@ use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use spillway::config::Config;
 use spillway::policy::{self, Policy};
-use spillway::sandbox::limits::ExecLimits;
-use spillway::store::records::PolicyOverrides;
+use spillway::policy::{ExecCeiling, PolicyOverrides};
 
 #[derive(Debug, Arbitrary)]
 struct Level {
@@ -41,7 +40,7 @@ impl Level {
             allow_download: self.allow_download,
             allow_exec: self.allow_exec,
             compliance_can_read: self.compliance_can_read,
-            exec_ceiling: self.exec_ceiling.map(|(t, m, o, f)| ExecLimits {
+            exec_ceiling: self.exec_ceiling.map(|(t, m, o, f)| ExecCeiling {
                 timeout_ms: t,
                 memory_bytes: m,
                 max_stdout_bytes: o,
@@ -86,7 +85,7 @@ fuzz_target!(|input: (Level, Level, Level, u32)| {
     let (t, s, extra, retention_s) = input;
     let mut config = Config::default();
     config.policy.retention = Duration::from_secs(u64::from(retention_s));
-    let server = Policy::server_default(&config);
+    let server = Policy::server_default(&config.policy);
     let (t, s, extra) = (t.overrides(), s.overrides(), extra.overrides());
 
     let e = policy::effective(&server, &t, &s);

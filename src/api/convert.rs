@@ -4,13 +4,13 @@ use pbjson_types::{Duration, Timestamp};
 
 use crate::clock::{self, Millis};
 use crate::error::ApiError;
-use crate::policy::Policy;
+use crate::policy::{ExecCeiling, Policy, PolicyOverrides};
 use crate::proto;
 use crate::sandbox::limits::ExecLimits;
-use crate::store::records::{
-    PayloadRecord, PolicyOverrides, ReceiptRecord, SessionRecord, SessionState,
-};
+use crate::sandbox::outcome::Status as ExecStatus;
+use crate::store::records::{PayloadRecord, ReceiptRecord, SessionRecord, SessionState};
 
+/// Milliseconds since the epoch as a protobuf timestamp.
 pub fn timestamp(ms: Millis) -> Timestamp {
     Timestamp {
         seconds: ms.div_euclid(1000),
@@ -37,7 +37,7 @@ pub fn policy(p: &Policy) -> proto::Policy {
         allow_download: Some(p.allow_download),
         allow_exec: Some(p.allow_exec),
         compliance_can_read: Some(p.compliance_can_read),
-        exec_ceiling: Some(exec_limits(&p.exec_ceiling)),
+        exec_ceiling: Some(exec_limits(&p.exec_ceiling.into())),
         redact: p.redact.clone(),
         locked: p.locked,
     }
@@ -57,7 +57,7 @@ pub fn policy_level(l: &PolicyOverrides) -> proto::Policy {
         allow_download: l.allow_download,
         allow_exec: l.allow_exec,
         compliance_can_read: l.compliance_can_read,
-        exec_ceiling: l.exec_ceiling.as_ref().map(exec_limits),
+        exec_ceiling: l.exec_ceiling.map(|c| exec_limits(&c.into())),
         redact: l.redact.clone(),
         locked: l.locked,
     }
@@ -82,13 +82,13 @@ pub fn policy_level_from(p: &proto::Policy) -> Result<PolicyOverrides, ApiError>
     let exec_ceiling = p
         .exec_ceiling
         .as_ref()
-        .map(|l| ExecLimits {
+        .map(|l| ExecCeiling {
             timeout_ms: l.timeout_ms,
             memory_bytes: l.memory_bytes,
             max_stdout_bytes: l.max_stdout_bytes,
             fuel: l.fuel,
         })
-        .filter(|l| *l != ExecLimits::ZERO);
+        .filter(|l| *l != ExecCeiling::ZERO);
     Ok(PolicyOverrides {
         retention_ms: ms("policy.retention", &p.retention)?,
         session_ttl_ms: ms("policy.session_ttl", &p.session_ttl)?,
@@ -156,6 +156,7 @@ pub fn session(s: &SessionRecord, effective: &Policy) -> proto::Session {
     }
 }
 
+/// A payload record as a message.
 pub fn payload(p: &PayloadRecord) -> proto::Payload {
     proto::Payload {
         id: p.id.to_string(),
@@ -182,6 +183,7 @@ pub fn redaction_map(c: &crate::redact::RedactCounts) -> std::collections::HashM
     c.by_rule.iter().map(|(k, v)| (k.clone(), *v)).collect()
 }
 
+/// A deletion receipt as a message.
 pub fn receipt(r: &ReceiptRecord) -> proto::DeletionReceipt {
     proto::DeletionReceipt {
         id: r.id.to_string(),
@@ -212,6 +214,7 @@ pub fn receipt(r: &ReceiptRecord) -> proto::DeletionReceipt {
     }
 }
 
+/// An inferred structure as the Inspect reply.
 pub fn structure(payload_id: &str, s: &crate::inspect::structure::Structure) -> proto::Structure {
     proto::Structure {
         payload_id: payload_id.to_owned(),
@@ -247,5 +250,138 @@ pub fn structure(payload_id: &str, s: &crate::inspect::structure::Structure) -> 
         }),
         summary: s.summary.clone(),
         invalid_json_at: s.invalid_json_at,
+    }
+}
+
+/// One result's offload outcome as a message.
+pub fn outcome(o: crate::offload::Outcome) -> proto::OffloadOutcome {
+    use crate::offload::decide::Disposition as D;
+    let (disposition, reason) = match o.disposition {
+        D::Inline => (proto::Disposition::Inline, proto::OffloadReason::None),
+        D::PerCall => (proto::Disposition::Offloaded, proto::OffloadReason::PerCall),
+        D::Aggregate => (
+            proto::Disposition::Offloaded,
+            proto::OffloadReason::Aggregate,
+        ),
+    };
+    proto::OffloadOutcome {
+        tool_call_id: o.tool_call_id,
+        disposition: disposition as i32,
+        reason: reason as i32,
+        content: o.content,
+        estimated_tokens: o.estimate.tokens,
+        payload: o.payload.as_ref().map(payload),
+        preview: o.preview,
+        content_tokens: o.content_tokens,
+        estimate_is_lower_bound: o.estimate.lower_bound,
+        redactions: redaction_map(&o.redactions),
+    }
+}
+
+/// What a Search found, as a message.
+pub fn search(r: crate::service::SearchReply) -> proto::SearchResponse {
+    proto::SearchResponse {
+        matches: r
+            .matches
+            .into_iter()
+            .map(|m| proto::Match {
+                payload_id: m.payload_id.to_string(),
+                line_number: m.hit.line_number,
+                byte_offset: m.hit.byte_offset,
+                line: m.hit.line,
+                before: m.hit.before,
+                after: m.hit.after,
+            })
+            .collect(),
+        total_matches_seen: r.total_matches_seen,
+        truncated: r.truncated,
+        note: r.note,
+    }
+}
+
+/// An exec's status as a message.
+pub fn exec_status(s: ExecStatus) -> proto::ExecStatus {
+    match s {
+        ExecStatus::Ok => proto::ExecStatus::Ok,
+        ExecStatus::ExitNonzero => proto::ExecStatus::ExitNonzero,
+        ExecStatus::Timeout => proto::ExecStatus::Timeout,
+        ExecStatus::MemoryLimit => proto::ExecStatus::MemoryLimit,
+        ExecStatus::OutputLimit => proto::ExecStatus::OutputLimit,
+        ExecStatus::Trap => proto::ExecStatus::Trap,
+        ExecStatus::InvalidScript => proto::ExecStatus::InvalidScript,
+    }
+}
+
+/// Exec limits from a message; absent: every field the default.
+pub fn exec_limits_from(l: Option<proto::ExecLimits>) -> ExecLimits {
+    l.map_or(
+        ExecLimits {
+            timeout_ms: 0,
+            memory_bytes: 0,
+            max_stdout_bytes: 0,
+            fuel: 0,
+        },
+        |l| ExecLimits {
+            timeout_ms: l.timeout_ms,
+            memory_bytes: l.memory_bytes,
+            max_stdout_bytes: l.max_stdout_bytes,
+            fuel: l.fuel,
+        },
+    )
+}
+
+/// An exec's outcome as a message.
+pub fn exec_result(r: crate::service::ExecReply) -> proto::ExecResult {
+    let u = r.usage;
+    proto::ExecResult {
+        status: exec_status(r.status) as i32,
+        exit_code: r.exit_code,
+        stdout: r.stdout,
+        stderr: r.stderr,
+        stdout_payload: r.stdout_payload.as_ref().map(payload),
+        outputs: r.outputs.iter().map(payload).collect(),
+        message: r.message,
+        usage: Some(proto::ExecUsage {
+            wall_ms: u.wall_ms,
+            fuel_consumed: u.fuel_consumed,
+            peak_memory_bytes: u.peak_memory_bytes,
+            stdout_bytes: u.stdout_bytes,
+            stderr_bytes: u.stderr_bytes,
+            scratch_bytes: u.scratch_bytes,
+            queue_ms: u.queue_ms,
+            setup_us: u.setup_us,
+            instantiate_us: u.instantiate_us,
+            run_us: u.run_us,
+        }),
+        clamped: r.clamped,
+        effective_limits: Some(exec_limits(&r.effective_limits)),
+        redactions: redaction_map(&r.redactions),
+    }
+}
+
+/// A runtime as a message.
+pub fn runtime(r: crate::service::RuntimeInfo) -> proto::Runtime {
+    proto::Runtime {
+        name: r.name,
+        language_version: r.language_version,
+        description: r.description,
+        default_limits: Some(exec_limits(&r.default_limits)),
+        image_sha256: r.sha256,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_exec_status_maps_to_its_proto_value() {
+        for (ours, theirs) in [
+            (ExecStatus::Ok, proto::ExecStatus::Ok),
+            (ExecStatus::Timeout, proto::ExecStatus::Timeout),
+            (ExecStatus::InvalidScript, proto::ExecStatus::InvalidScript),
+        ] {
+            assert_eq!(exec_status(ours), theirs);
+        }
     }
 }

@@ -616,8 +616,7 @@ mod tests {
     use super::*;
     use crate::audit::{action, verify};
     use crate::clock::ManualClock;
-    use crate::store::redb_engine::RedbEngine;
-    use crate::store::sled_engine::SledEngine;
+    use crate::store::{RedbEngine, SledEngine};
 
     const START: Millis = 1_796_031_106_334;
 

@@ -20,6 +20,9 @@ pub use chain::{
 };
 pub use log::{AuditLog, Filter, NewEvent, Verified};
 
+use crate::ids::SessionId;
+use crate::store::records::ReceiptRecord;
+
 /// What went wrong reading audit events.
 #[derive(Debug, thiserror::Error)]
 pub enum AuditError {
@@ -99,6 +102,44 @@ pub mod action {
         HISTORY_COMPACT,
         HISTORY_RECALL,
     ];
+}
+
+/// The audit event of a deletion the server carries out on its own (the
+/// reaper, or one finished after a crash), under `principal`. Deletions
+/// return their receipt; whoever asked for one audits it with this.
+pub fn deletion_event(r: &ReceiptRecord, principal: &str) -> NewEvent {
+    let is_session = r.target_id.starts_with(SessionId::PREFIX);
+    let event = NewEvent::new(if is_session {
+        action::SESSION_DELETE
+    } else {
+        action::PAYLOAD_DELETE
+    })
+    .by(principal, &r.tenant);
+    let event = if is_session {
+        event.session(&r.target_id)
+    } else {
+        event.payload(&r.target_id)
+    };
+    event.detail(deletion_summary(r))
+}
+
+/// The audit event of a deletion a crash interrupted and the store finished
+/// at startup, under the principal that asked for it.
+pub fn deletion_finished_after_crash(r: &ReceiptRecord) -> NewEvent {
+    deletion_event(r, &r.requested_by)
+        .detail(format!("finished after a crash: {}", deletion_summary(r)))
+}
+
+/// A receipt in one line, for audit details: IDs and counts only.
+pub fn deletion_summary(r: &ReceiptRecord) -> String {
+    format!(
+        "receipt={} reason={:?} payloads={} bytes={} items={}",
+        r.id,
+        r.reason,
+        r.deleted_payload_ids.len(),
+        r.bytes_deleted,
+        r.removed.len()
+    )
 }
 
 /// Outcome names.

@@ -3,7 +3,7 @@
 //! [`TABLE`] says, for every RPC, which roles may call it and what it does to
 //! its target session; [`decide`] turns a principal, an RPC and the caller's
 //! [`Target`] into an [`Access`]. The server asks nothing else: handlers go
-//! through `AppState::authorize`, `session_for` and `payload_for` (or
+//! through `Service::authorize`, `session_for` and `payload_for` (or
 //! [`decide`] with a tenant target), which work out the [`Relation`] of the
 //! caller to the stored session and audit every refusal. The role-matrix
 //! test enumerates the same table and asks the same function.

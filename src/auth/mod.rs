@@ -9,7 +9,7 @@ pub mod tokens;
 
 use serde::{Deserialize, Serialize};
 
-pub use tokens::{DevToken, TokenTable};
+pub use tokens::{DevToken, TokenConfig, TokenTable};
 
 /// A role a principal can hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]

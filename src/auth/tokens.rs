@@ -1,13 +1,31 @@
 //! The token table and the dev token.
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::{AuthError, Principal, Role};
-use crate::config::TokenConfig;
+use crate::fsutil::write_private;
+
+/// One `[[auth.tokens]]` entry.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TokenConfig {
+    /// The token in plain text. Give either this or `token_sha256`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// Hex SHA-256 of the token, so that no secret sits in the file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_sha256: Option<String>,
+    /// The principal's ID, as it appears in sessions and the audit log.
+    pub principal: String,
+    /// The tenant the principal belongs to.
+    pub tenant: String,
+    /// Roles granted to the principal.
+    pub roles: Vec<Role>,
+}
 
 /// Name of the dev token file inside the data directory.
 pub const DEV_TOKEN_FILE: &str = "dev-token";
@@ -95,21 +113,6 @@ impl TokenTable {
 
 fn digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
-}
-
-/// Writes a file readable by its owner only, durably (dev token, receipt key).
-pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)
 }
 
 #[cfg(test)]

@@ -426,38 +426,43 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
 }
 
 async fn context(c: &mut Clients, cmd: ContextCommand, json: bool) -> anyhow::Result<()> {
-    use crate::api::context::{messages_from_proto, messages_to_proto};
-    use crate::context::adapters::{self, Format};
+    use crate::context::formats::MAX_HISTORY_JSON_BYTES;
+    // The server converts: the file goes as it is, with its format.
     let fmt = |f: HistoryFormat| match f {
-        HistoryFormat::Openai => Format::OpenAi,
-        HistoryFormat::Anthropic => Format::Anthropic,
+        HistoryFormat::Openai => proto::HistoryFormat::OpenaiChat,
+        HistoryFormat::OpenaiResponses => proto::HistoryFormat::OpenaiResponses,
+        HistoryFormat::Anthropic => proto::HistoryFormat::Anthropic,
+    } as i32;
+    let load = |file: &std::path::Path| -> anyhow::Result<String> {
+        let size = std::fs::metadata(file)
+            .with_context(|| format!("cannot read {}", file.display()))?
+            .len();
+        if size > MAX_HISTORY_JSON_BYTES as u64 {
+            bail!(
+                "{} is {size} bytes; the server takes histories of at most {MAX_HISTORY_JSON_BYTES} bytes: compact the older part first",
+                file.display()
+            );
+        }
+        std::fs::read_to_string(file)
+            .with_context(|| format!("cannot read {} as UTF-8 text", file.display()))
     };
-    let load = |file: &std::path::Path, format: Format| -> anyhow::Result<adapters::History> {
-        let text = std::fs::read_to_string(file)
-            .with_context(|| format!("cannot read {}", file.display()))?;
-        let value: serde_json::Value = serde_json::from_str(&text)
-            .with_context(|| format!("{} is not JSON", file.display()))?;
-        Ok(adapters::import(value, format)?)
-    };
-    let save = |mut history: adapters::History,
-                messages: Vec<proto::Message>,
-                format: Format|
-     -> anyhow::Result<()> {
-        history.messages = messages_from_proto(messages)?;
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&adapters::export(&history, format))?
-        );
+    // Pretty, as the file would be written; a closed pipe is an error, not a panic.
+    let save = |history_json: &str| -> anyhow::Result<()> {
+        let value: serde_json::Value = serde_json::from_str(history_json)
+            .context("the server returned a history that is not JSON")?;
+        let mut out = std::io::stdout().lock();
+        serde_json::to_writer_pretty(&mut out, &value)?;
+        out.write_all(b"\n")?;
         Ok(())
     };
     match cmd {
         ContextCommand::Repair { format, file } => {
-            let format = fmt(format);
-            let history = load(&file, format)?;
             let reply = c
                 .context
                 .repair_history(proto::RepairHistoryRequest {
-                    messages: messages_to_proto(history.messages.clone()),
+                    messages: Vec::new(),
+                    format: fmt(format),
+                    history_json: load(&file)?,
                 })
                 .await?
                 .into_inner();
@@ -465,7 +470,7 @@ async fn context(c: &mut Clients, cmd: ContextCommand, json: bool) -> anyhow::Re
                 "{}",
                 serde_json::to_string(&reply.report.unwrap_or_default())?
             );
-            save(history, reply.messages, format)
+            save(&reply.history_json)
         }
         ContextCommand::Compact {
             format,
@@ -473,15 +478,15 @@ async fn context(c: &mut Clients, cmd: ContextCommand, json: bool) -> anyhow::Re
             current_turn,
             file,
         } => {
-            let format = fmt(format);
-            let history = load(&file, format)?;
             let reply = c
                 .context
                 .compact_history(proto::CompactHistoryRequest {
                     session_id: session,
-                    messages: messages_to_proto(history.messages.clone()),
+                    messages: Vec::new(),
                     current_turn,
                     settings: None,
+                    format: fmt(format),
+                    history_json: load(&file)?,
                 })
                 .await?
                 .into_inner();
@@ -491,7 +496,7 @@ async fn context(c: &mut Clients, cmd: ContextCommand, json: bool) -> anyhow::Re
                     &serde_json::json!({ "compact": reply.report.unwrap_or_default(), "repair": reply.repair.unwrap_or_default() })
                 )?
             );
-            save(history, reply.messages, format)
+            save(&reply.history_json)
         }
         ContextCommand::Recall { session, key } => {
             let r = c
@@ -746,7 +751,7 @@ async fn audit(c: &mut Clients, cmd: AuditCommand, json: bool) -> anyhow::Result
             };
             let mut n = 0u64;
             while let Some(e) = stream.message().await? {
-                let line = crate::api::audit::event_from_proto(e).to_export_line();
+                let line = output::event_from_proto(e).to_export_line();
                 sink.write_all(line.as_bytes())?;
                 sink.write_all(b"\n")?;
                 n += 1;
@@ -776,8 +781,7 @@ fn timestamp(text: &str, flag: &str) -> anyhow::Result<pbjson_types::Timestamp> 
 
 /// Verifies a receipt file's signature with the key in `data_dir`.
 fn verify_receipt(file: &std::path::Path, data_dir: &std::path::Path) -> anyhow::Result<()> {
-    use crate::store::records::RemovedItem;
-    use crate::store::signing::{KEY_FILE, ReceiptKey, Signed};
+    use crate::receipt::{KEY_FILE, ReceiptKey, RemovedItem, Signed};
     let text =
         std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
     let r: proto::DeletionReceipt = serde_json::from_str(&text)

@@ -2,6 +2,8 @@
 //! RPC. Human-readable output by default, the proto3 JSON mapping with
 //! `--json`. Errors print the status code and message and exit nonzero.
 
+#[macro_use]
+mod print;
 mod client;
 mod commands;
 mod output;
@@ -13,6 +15,7 @@ use clap::{Args, Parser, Subcommand};
 
 pub use client::{ClientSettings, TlsFiles, connect};
 pub use commands::run_client;
+pub use output::{escape_controls, event_from_proto};
 pub use policy::{HoldArgs, HoldState, PolicyCommand, SetArgs};
 
 /// The parsed command line.
@@ -292,6 +295,8 @@ pub enum AuditCommand {
 pub enum HistoryFormat {
     /// OpenAI Chat Completions messages.
     Openai,
+    /// OpenAI Responses input items.
+    OpenaiResponses,
     /// Anthropic Messages.
     Anthropic,
 }

@@ -1,6 +1,79 @@
 //! Human-readable renderings of replies, and the `--json` switch.
+//!
+//! Everything printed here goes through [`emit`], which shows control
+//! characters escaped (`\x1b`, `\u{9b}`): labels, names, content types and
+//! messages come from other people, and a terminal would obey their escape
+//! sequences. Newlines and tabs pass. A closed pipe ends the process quietly
+//! (exit code 0), as `head` expects.
 
+use std::borrow::Cow;
+use std::io::Write as _;
 use std::time::{Duration, UNIX_EPOCH};
+
+/// An event from the wire, as the chain knows it (for exports and
+/// client-side verification).
+pub fn event_from_proto(e: proto::AuditEvent) -> crate::audit::AuditEvent {
+    crate::audit::AuditEvent {
+        action: e.action,
+        content_sha256: e.content_sha256,
+        detail: e.detail,
+        hash: e.hash,
+        outcome: e.outcome,
+        payload_id: e.payload_id,
+        prev_hash: e.prev_hash,
+        principal: e.principal,
+        seq: e.seq,
+        session_id: e.session_id,
+        tenant: e.tenant,
+        time: e.time,
+    }
+}
+
+/// `text` with every control character but newline and tab escaped.
+pub fn escape_controls(text: &str) -> Cow<'_, str> {
+    let is_control = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !text.chars().any(is_control) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        match c {
+            c if !is_control(c) => out.push(c),
+            c if (c as u32) < 0x80 => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Writes a script's or payload's text to stdout: as it is into a pipe or
+/// a file, with controls escaped on a terminal.
+pub fn data(text: &str) {
+    use std::io::IsTerminal as _;
+    if std::io::stdout().is_terminal() {
+        return emit(std::io::stdout(), text);
+    }
+    if let Err(e) = std::io::stdout().write_all(text.as_bytes()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        let _ = writeln!(std::io::stderr(), "spillway: cannot write the output: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// Writes `text`, controls escaped, to `to`. A closed pipe (`| head`) ends
+/// the process quietly; any other write error is reported once, then the
+/// process exits nonzero.
+pub fn emit(mut to: impl std::io::Write, text: &str) {
+    if let Err(e) = to.write_all(escape_controls(text).as_bytes()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        let _ = writeln!(std::io::stderr(), "spillway: cannot write the output: {e}");
+        std::process::exit(1);
+    }
+}
 
 use serde::Serialize;
 
@@ -228,7 +301,9 @@ pub fn search(r: &proto::SearchResponse) {
 
 /// An exec result: stdout on stdout; stderr, status and outputs on stderr.
 pub fn exec(r: &proto::ExecResult) {
-    print!("{}", r.stdout);
+    // The script's output is data: raw into a pipe or file, escaped on a
+    // terminal.
+    data(&r.stdout);
     if !r.stdout.is_empty() && !r.stdout.ends_with('\n') {
         println!();
     }
@@ -306,5 +381,21 @@ pub fn audit_verify(r: &proto::VerifyAuditResponse) {
             "BROKEN at seq {}: the event there is missing, altered or out of place ({} events verified before it; head seq {})",
             r.first_bad_seq, r.events_checked, r.head_seq
         );
+    }
+}
+
+#[cfg(test)]
+mod escape_tests {
+    use super::escape_controls;
+
+    #[test]
+    fn control_characters_are_shown_escaped_and_newlines_pass() {
+        assert_eq!(escape_controls("plain\ttext\n"), "plain\ttext\n");
+        assert_eq!(
+            escape_controls("\x1b]0;pwned\x07\x1b[2J"),
+            "\\x1b]0;pwned\\x07\\x1b[2J"
+        );
+        assert_eq!(escape_controls("a\u{9b}31mb"), "a\\u{9b}31mb");
+        assert_eq!(escape_controls("\x7f"), "\\x7f");
     }
 }

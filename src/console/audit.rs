@@ -1,6 +1,7 @@
 //! The audit pages: the query form (filters in the URL), chain
 //! verification, the streamed NDJSON export, and the receipt viewer, which
-//! checks a receipt's signature with the server's receipt key.
+//! checks a receipt's signature with the server's receipt key (through the
+//! service, which holds it).
 
 use std::time::SystemTime;
 
@@ -11,12 +12,14 @@ use axum::response::{IntoResponse, Redirect, Response};
 use maud::{Markup, html};
 use tokio_stream::StreamExt;
 
-use super::routes::{Ctx, Verification};
+use super::routes::{Ctx, Verification, status};
 use super::views::{self, Section};
-use crate::audit::{action, outcome};
+use crate::audit::{AuditEvent, Filter, action, outcome};
+use crate::clock::Millis;
 use crate::proto;
-use crate::store::records::RemovedItem;
-use crate::store::signing::Signed;
+use crate::receipt::{RemovedItem, Signed};
+use crate::service::ReceiptLookup;
+use crate::store::records::ReceiptRecord;
 
 /// Events per query page.
 const PAGE: u32 = 100;
@@ -43,7 +46,7 @@ pub struct AuditFilters {
 }
 
 /// `YYYY-MM-DDTHH:MM[:SS]` (what a datetime-local field sends), as UTC.
-fn instant(field: &str, v: &str) -> Result<Option<pbjson_types::Timestamp>, String> {
+fn instant(field: &str, v: &str) -> Result<Option<Millis>, String> {
     let v = v.trim();
     if v.is_empty() {
         return Ok(None);
@@ -61,24 +64,20 @@ fn instant(field: &str, v: &str) -> Result<Option<pbjson_types::Timestamp>, Stri
     let d = at
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or_default();
-    Ok(Some(pbjson_types::Timestamp {
-        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-        nanos: 0,
-    }))
+    Ok(Some(Millis::try_from(d.as_millis()).unwrap_or(Millis::MAX)))
 }
 
 impl AuditFilters {
-    fn request(&self) -> Result<proto::AuditQuery, String> {
-        Ok(proto::AuditQuery {
-            session_id: self.session.trim().to_owned(),
-            payload_id: String::new(),
-            principal: self.principal.trim().to_owned(),
-            action: self.action.clone(),
+    fn filter(&self) -> Result<Filter, String> {
+        let set = |v: &str| (!v.trim().is_empty()).then(|| v.trim().to_owned());
+        Ok(Filter {
+            session_id: set(&self.session),
+            payload_id: None,
+            principal: set(&self.principal),
+            action: set(&self.action),
+            outcome: set(&self.outcome),
             since: instant("since", &self.since)?,
             until: instant("until", &self.until)?,
-            page_size: PAGE,
-            page_token: self.page.clone(),
-            outcome: self.outcome.clone(),
         })
     }
 
@@ -135,17 +134,13 @@ pub fn verification_notice(v: Option<&Verification>) -> Markup {
 }
 
 /// VerifyAudit, remembered as the tenant's last verification.
-pub async fn run_verify(ctx: &mut Ctx) -> Result<Verification, tonic::Status> {
-    let r = ctx
-        .calls
-        .audit
-        .verify_audit(proto::VerifyAuditRequest {})
-        .await?
-        .into_inner();
+pub async fn run_verify(ctx: &Ctx) -> Result<Verification, tonic::Status> {
+    let (service, p) = ctx.service();
+    let r = service.verify_audit(p).await.map_err(status)?;
     let v = Verification {
-        ok: r.ok,
-        events_checked: r.events_checked,
-        first_bad_seq: r.first_bad_seq,
+        ok: r.outcome.ok,
+        events_checked: r.outcome.events_checked,
+        first_bad_seq: r.outcome.first_bad_seq,
         head_seq: r.head_seq,
         at: SystemTime::now(),
         by: ctx.signed.principal.id.clone(),
@@ -184,7 +179,7 @@ fn query_form(f: &AuditFilters) -> Markup {
     }
 }
 
-fn events_table(events: &[proto::AuditEvent]) -> Markup {
+fn events_table(events: &[AuditEvent]) -> Markup {
     html! {
         table class="events" {
             caption { (events.len()) " events on this page" }
@@ -211,7 +206,7 @@ fn events_table(events: &[proto::AuditEvent]) -> Markup {
 }
 
 /// GET /audit.
-pub async fn query(mut ctx: Ctx, Query(f): Query<AuditFilters>) -> Response {
+pub async fn query(ctx: Ctx, Query(f): Query<AuditFilters>) -> Response {
     let last = ctx
         .app
         .verified
@@ -233,15 +228,20 @@ pub async fn query(mut ctx: Ctx, Query(f): Query<AuditFilters>) -> Response {
             a href="/receipts" class="button" { "Receipt viewer" }
         }
     };
-    let req = match f.request() {
+    let filter = match f.filter() {
         Ok(r) => r,
         Err(e) => {
             let body = html! { (tools) (query_form(&f)) (views::notice("error", &e)) };
             return ctx.page_with(StatusCode::BAD_REQUEST, Section::Audit, "Audit", body);
         }
     };
-    let page = match ctx.calls.audit.query_audit(req).await {
-        Ok(r) => r.into_inner(),
+    let (service, p) = ctx.service();
+    let page = match service
+        .query_audit(p, filter, &f.page, PAGE)
+        .await
+        .map_err(status)
+    {
+        Ok(r) => r,
         Err(s) if s.code() == tonic::Code::InvalidArgument => {
             let body = html! { (tools) (query_form(&f)) (views::notice("error", &super::routes::message(&s))) };
             return ctx.page_with(StatusCode::BAD_REQUEST, Section::Audit, "Audit", body);
@@ -251,10 +251,10 @@ pub async fn query(mut ctx: Ctx, Query(f): Query<AuditFilters>) -> Response {
     let body = html! {
         (tools)
         (query_form(&f))
-        @if page.events.is_empty() { p { "No events on this page." } } @else { (events_table(&page.events)) }
+        @if page.items.is_empty() { p { "No events on this page." } } @else { (events_table(&page.items)) }
         nav aria-label="Pages" class="pager" {
             @if !f.page.is_empty() { a href=(f.url("")) { "First page" } }
-            @if !page.next_page_token.is_empty() { " " a href=(f.url(&page.next_page_token)) rel="next" { "Next page" } }
+            @if !page.next_token.is_empty() { " " a href=(f.url(&page.next_token)) rel="next" { "Next page" } }
         }
     };
     ctx.page(Section::Audit, "Audit", body)
@@ -270,11 +270,11 @@ pub struct VerifyForm {
 }
 
 /// POST /audit/verify.
-pub async fn verify(mut ctx: Ctx, axum::Form(f): axum::Form<VerifyForm>) -> Response {
+pub async fn verify(ctx: Ctx, axum::Form(f): axum::Form<VerifyForm>) -> Response {
     if let Some(r) = ctx.csrf_refusal(&f.csrf) {
         return r;
     }
-    match run_verify(&mut ctx).await {
+    match run_verify(&ctx).await {
         Ok(_) if f.back == "overview" => Redirect::to("/overview").into_response(),
         Ok(_) => Redirect::to("/audit?verified=1").into_response(),
         Err(s) => ctx.refused(Section::Audit, &s),
@@ -282,24 +282,20 @@ pub async fn verify(mut ctx: Ctx, axum::Form(f): axum::Form<VerifyForm>) -> Resp
 }
 
 /// GET /audit/export: the tenant's chain, one event per line in its
-/// canonical JSON, streamed as it comes from the server.
-pub async fn export(mut ctx: Ctx) -> Response {
-    let stream = match ctx
-        .calls
-        .audit
-        .export_audit(proto::ExportAuditRequest {})
-        .await
-    {
-        Ok(s) => s.into_inner(),
-        Err(s) => return ctx.refused(Section::Audit, &s),
+/// canonical JSON, streamed as the service reads it.
+pub async fn export(ctx: Ctx) -> Response {
+    let (service, p) = ctx.service();
+    let stream = match service.export_audit(p).await {
+        Ok(s) => tokio_stream::wrappers::ReceiverStream::new(s),
+        Err(e) => return ctx.refused(Section::Audit, &status(e)),
     };
     let lines = stream.map(|item| {
         item.map(|e| {
-            let mut line = crate::api::audit::event_from_proto(e).to_export_line();
+            let mut line = e.to_export_line();
             line.push('\n');
             axum::body::Bytes::from(line)
         })
-        .map_err(|s| std::io::Error::other(format!("the export stopped: {}", s.message())))
+        .map_err(|e| std::io::Error::other(format!("the export stopped: {}", status(e).message())))
     });
     let name = format!(
         "attachment; filename=\"audit-{}.ndjson\"",
@@ -321,54 +317,119 @@ pub async fn export(mut ctx: Ctx) -> Response {
         .into_response()
 }
 
-/// Whether a receipt's signature is this server's; `None` without the key.
-fn signature_ok(ctx: &Ctx, r: &proto::DeletionReceipt) -> Option<bool> {
-    let key = ctx.app.receipt_key.as_ref()?;
-    let at = r.deleted_at.unwrap_or_default();
-    let removed: Vec<RemovedItem> = r
-        .removed
-        .iter()
-        .map(|i| RemovedItem {
-            kind: i.kind.clone(),
-            id: i.id.clone(),
-            session_id: i.session_id.clone(),
-            content_sha256: i.content_sha256.clone(),
-            bytes: i.bytes,
-            because: i.because.clone(),
-        })
-        .collect();
+/// Whether a receipt's signature is this server's.
+fn signature_ok(ctx: &Ctx, r: &ReceiptRecord) -> bool {
     let signed = Signed {
-        id: &r.id,
+        id: r.id.as_str(),
         target_id: &r.target_id,
         reason: &r.reason,
         requested_by: &r.requested_by,
+        deleted_ms: r.deleted_ms,
+        deleted_payload_ids: r.deleted_payload_ids.iter().map(|p| p.as_str()).collect(),
+        bytes_deleted: r.bytes_deleted,
+        content_sha256: r.content_sha256.iter().map(String::as_str).collect(),
+        removed: &r.removed,
+    };
+    ctx.app.service.receipt_signature_ok(&signed, &r.signature)
+}
+
+/// A receipt in the API's JSON form (what the CLI prints with `--json`,
+/// and what the paste form reads back).
+fn receipt_json(r: &ReceiptRecord) -> String {
+    let at = r.deleted_ms.max(0);
+    let message = proto::DeletionReceipt {
+        id: r.id.to_string(),
+        target_id: r.target_id.clone(),
+        reason: r.reason.clone(),
+        requested_by: r.requested_by.clone(),
+        deleted_at: Some(pbjson_types::Timestamp {
+            seconds: at / 1000,
+            nanos: i32::try_from(at % 1000).unwrap_or(0) * 1_000_000,
+        }),
+        deleted_payload_ids: r.deleted_payload_ids.iter().map(ToString::to_string).collect(),
+        bytes_deleted: r.bytes_deleted,
+        content_sha256: r.content_sha256.clone(),
+        signature: r.signature.clone(),
+        removed: r
+            .removed
+            .iter()
+            .map(|i| proto::RemovedItem {
+                kind: i.kind.clone(),
+                id: i.id.clone(),
+                session_id: i.session_id.clone(),
+                content_sha256: i.content_sha256.clone(),
+                bytes: i.bytes,
+                because: i.because.clone(),
+            })
+            .collect(),
+    };
+    serde_json::to_string_pretty(&message).unwrap_or_default()
+}
+
+/// A receipt pasted in the API's JSON form, read back into the record the
+/// signature covers; or what is wrong with it.
+fn receipt_from_json(text: &str) -> Result<ReceiptRecord, String> {
+    let m: proto::DeletionReceipt = serde_json::from_str(text).map_err(|e| {
+        format!(
+            "That is not a receipt in the API's JSON form: {}",
+            views::cut(&e.to_string(), 200)
+        )
+    })?;
+    let id = crate::ids::ReceiptId::parse(&m.id)
+        .map_err(|e| format!("The receipt's id is not a receipt ID: {e}"))?;
+    let deleted_payload_ids = m
+        .deleted_payload_ids
+        .iter()
+        .map(|p| crate::ids::PayloadId::parse(p))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("The receipt lists a deleted payload that is not a payload ID: {e}"))?;
+    let at = m.deleted_at.unwrap_or_default();
+    Ok(ReceiptRecord {
+        id,
+        target_id: m.target_id,
+        reason: m.reason,
+        requested_by: m.requested_by,
+        tenant: String::new(),
+        owner: String::new(),
+        share_with: Vec::new(),
         deleted_ms: at
             .seconds
             .saturating_mul(1000)
             .saturating_add(i64::from(at.nanos) / 1_000_000),
-        deleted_payload_ids: r.deleted_payload_ids.iter().map(String::as_str).collect(),
-        bytes_deleted: r.bytes_deleted,
-        content_sha256: r.content_sha256.iter().map(String::as_str).collect(),
-        removed: &removed,
-    };
-    Some(key.verify(&signed, &r.signature))
+        deleted_payload_ids,
+        bytes_deleted: m.bytes_deleted,
+        content_sha256: m.content_sha256,
+        removed: m
+            .removed
+            .into_iter()
+            .map(|i| RemovedItem {
+                kind: i.kind,
+                id: i.id,
+                session_id: i.session_id,
+                content_sha256: i.content_sha256,
+                bytes: i.bytes,
+                because: i.because,
+            })
+            .collect(),
+        signature: m.signature,
+    })
 }
 
-fn receipt_view(ctx: &Ctx, r: &proto::DeletionReceipt) -> Markup {
-    let json = serde_json::to_string_pretty(r).unwrap_or_default();
+fn receipt_view(ctx: &Ctx, r: &ReceiptRecord) -> Markup {
+    let json = receipt_json(r);
     html! {
         section class="card" aria-labelledby="r-h" {
             h2 id="r-h" { "Receipt " code { (r.id) } }
-            @match signature_ok(ctx, r) {
-                Some(true) => (views::notice("ok", "Signature verified: signed by this server's receipt key, and unchanged since.")),
-                Some(false) => (views::notice("error", "Signature does NOT verify: the receipt was changed after signing, or another server signed it.")),
-                None => (views::notice("info", "This console cannot read the server's receipt key, so it cannot check the signature.")),
+            @if signature_ok(ctx, r) {
+                (views::notice("ok", "Signature verified: signed by this server's receipt key, and unchanged since."))
+            } @else {
+                (views::notice("error", "Signature does NOT verify: the receipt was changed after signing, or another server signed it."))
             }
             dl class="meta" {
                 dt { "Deleted" } dd { code { (r.target_id) } }
                 dt { "Requested by" } dd { (r.requested_by) }
                 dt { "Reason" } dd { (views::cut(&r.reason, 300)) }
-                dt { "At" } dd { (views::time(r.deleted_at.as_ref())) }
+                dt { "At" } dd { (views::time(r.deleted_ms)) }
                 dt { "Payloads" } dd { (r.deleted_payload_ids.len()) ", " (views::bytes(r.bytes_deleted)) }
                 dt { "Items removed" } dd { (r.removed.len()) }
                 dt { "Signature" } dd { code class="hash" { (r.signature) } }
@@ -428,7 +489,7 @@ pub struct ReceiptQuery {
 }
 
 /// GET /receipts?id=….
-pub async fn receipt(mut ctx: Ctx, Query(q): Query<ReceiptQuery>) -> Response {
+pub async fn receipt(ctx: Ctx, Query(q): Query<ReceiptQuery>) -> Response {
     let id = q.id.trim().to_owned();
     if id.is_empty() {
         let body = receipt_forms(&ctx, "", "");
@@ -445,20 +506,14 @@ pub async fn receipt(mut ctx: Ctx, Query(q): Query<ReceiptQuery>) -> Response {
             ),
         );
     }
-    let req = if id.starts_with("rcpt_") {
-        proto::GetReceiptRequest {
-            receipt_id: id.clone(),
-            target_id: String::new(),
-        }
+    let lookup = if id.starts_with("rcpt_") {
+        ReceiptLookup::parse(&id, "")
     } else {
-        proto::GetReceiptRequest {
-            receipt_id: String::new(),
-            target_id: id.clone(),
-        }
+        ReceiptLookup::parse("", &id)
     };
-    match ctx.calls.audit.get_receipt(req).await {
+    let (service, p) = ctx.service();
+    match service.get_receipt(p, lookup).await.map_err(status) {
         Ok(r) => {
-            let r = r.into_inner();
             let body = html! {
                 @if q.deleted == "1" { (views::notice("ok", &format!("Deleted {}. The signed receipt follows.", r.target_id))) }
                 (receipt_view(&ctx, &r))
@@ -493,14 +548,14 @@ pub async fn verify_receipt(ctx: Ctx, axum::Form(f): axum::Form<PastedReceipt>) 
             body,
         );
     }
-    match serde_json::from_str::<proto::DeletionReceipt>(&f.json) {
+    match receipt_from_json(&f.json) {
         Ok(r) => {
             let body = html! { (receipt_view(&ctx, &r)) (receipt_forms(&ctx, "", &f.json)) };
             ctx.page(Section::Audit, "Receipts", body)
         }
         Err(e) => {
             let body = html! {
-                (views::notice("error", &format!("That is not a receipt in the API's JSON form: {}", views::cut(&e.to_string(), 200))))
+                (views::notice("error", &e))
                 (receipt_forms(&ctx, "", &f.json))
             };
             ctx.page_with(StatusCode::BAD_REQUEST, Section::Audit, "Receipts", body)
@@ -515,7 +570,7 @@ mod tests {
     #[test]
     fn datetime_local_values_are_read_as_utc() {
         let t = instant("since", "2026-12-01T09:30").unwrap().unwrap();
-        assert_eq!(t.seconds % 86_400, 9 * 3600 + 30 * 60);
+        assert_eq!(t % 86_400_000, (9 * 3600 + 30 * 60) * 1000);
         assert!(instant("since", "").unwrap().is_none());
         assert!(instant("since", "yesterday").unwrap_err().contains("since"));
     }

@@ -1,6 +1,7 @@
 //! Signed-in console sessions: kept server-side, bounded in number and in
-//! life, named by a random cookie; each holds the user's bearer token (never
-//! sent back to the browser) and the CSRF token its forms carry.
+//! life, named by a random cookie; each holds the principal the bearer
+//! token stood for at sign-in (the token itself is not kept) and the CSRF
+//! token its forms carry.
 //!
 //! The map is keyed by the SHA-256 of the cookie value, so a memory dump of
 //! the map alone does not yield a usable cookie. Sign-in makes a new ID
@@ -30,8 +31,6 @@ const PENDING_LIFETIME: Duration = Duration::from_secs(15 * 60);
 pub struct Signed {
     /// The principal the token stands for.
     pub principal: Principal,
-    /// The bearer token every gRPC call of this session carries.
-    pub token: String,
     /// The CSRF token of this session's forms.
     pub csrf: String,
     /// The cookie key (hashed), for sign-out.
@@ -191,7 +190,7 @@ impl Sessions {
     }
 
     /// Signs `principal` in: returns the new session's cookie value.
-    pub fn sign_in(&self, principal: Principal, token: String) -> Result<String, SignInError> {
+    pub fn sign_in(&self, principal: Principal) -> Result<String, SignInError> {
         let (cookie, csrf) = (random_token()?, random_token()?);
         let key = key_of(&cookie);
         let now = Instant::now();
@@ -207,7 +206,6 @@ impl Sessions {
             Entry {
                 signed: Signed {
                     principal,
-                    token,
                     csrf,
                     key,
                 },
@@ -272,7 +270,7 @@ mod tests {
     #[test]
     fn a_signed_out_cookie_finds_nothing_when_replayed() {
         let s = Sessions::new(Duration::from_secs(60), Duration::from_secs(60), 4);
-        let cookie = s.sign_in(alice(), "tok".into()).unwrap();
+        let cookie = s.sign_in(alice()).unwrap();
         let signed = s.get(Some(&cookie)).unwrap();
         assert_eq!(signed.principal.id, "alice");
         s.sign_out(&signed);
@@ -283,7 +281,7 @@ mod tests {
     #[test]
     fn a_session_past_its_lifetime_is_expired_and_removed() {
         let s = Sessions::new(Duration::from_millis(1), Duration::from_secs(60), 4);
-        let cookie = s.sign_in(alice(), "tok".into()).unwrap();
+        let cookie = s.sign_in(alice()).unwrap();
         std::thread::sleep(Duration::from_millis(5));
         assert_eq!(s.get(Some(&cookie)).unwrap_err(), Missing::Expired);
         assert_eq!(s.get(Some(&cookie)).unwrap_err(), Missing::Unknown);
@@ -292,9 +290,9 @@ mod tests {
     #[test]
     fn the_store_is_bounded_and_refuses_sign_ins_when_full() {
         let s = Sessions::new(Duration::from_secs(60), Duration::from_secs(60), 2);
-        s.sign_in(alice(), "a".into()).unwrap();
-        s.sign_in(alice(), "b".into()).unwrap();
-        let err = s.sign_in(alice(), "c".into()).unwrap_err();
+        s.sign_in(alice()).unwrap();
+        s.sign_in(alice()).unwrap();
+        let err = s.sign_in(alice()).unwrap_err();
         assert_eq!(err, SignInError::Full(2));
         assert!(err.to_string().contains("console.max_sessions"));
     }
@@ -315,7 +313,7 @@ mod tests {
     #[test]
     fn csrf_tokens_compare_exactly() {
         let s = Sessions::new(Duration::from_secs(60), Duration::from_secs(60), 2);
-        let cookie = s.sign_in(alice(), "tok".into()).unwrap();
+        let cookie = s.sign_in(alice()).unwrap();
         let signed = s.get(Some(&cookie)).unwrap();
         assert!(signed.csrf_ok(&signed.csrf.clone()));
         assert!(!signed.csrf_ok(""));

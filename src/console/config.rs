@@ -1,7 +1,6 @@
 //! The `[console]` section of the server configuration.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -10,8 +9,8 @@ use serde::{Deserialize, Serialize};
 pub const DEV_LISTEN: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 50052);
 
-/// The `[console]` section: the compliance console, a web front door that
-/// is a gRPC client of the server it runs in.
+/// The `[console]` section: the compliance console, a web front door over
+/// the same service layer as gRPC.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct ConsoleConfig {
@@ -42,17 +41,6 @@ pub struct ConsoleConfig {
     /// Sets `Secure` on the cookie, for a console behind a TLS-terminating
     /// proxy; also required to listen on a non-loopback address.
     pub secure_cookie: bool,
-    /// With `[tls]` on, the CA (PEM) the console trusts for its own
-    /// loopback gRPC connection to this server.
-    pub grpc_ca: Option<PathBuf>,
-    /// With `tls.client_ca` set, the client certificate (PEM) the console
-    /// presents on that connection.
-    pub grpc_cert: Option<PathBuf>,
-    /// The key of `grpc_cert`.
-    pub grpc_key: Option<PathBuf>,
-    /// The name the server's certificate carries, for that connection
-    /// (default `localhost`).
-    pub grpc_domain: String,
 }
 
 impl Default for ConsoleConfig {
@@ -67,10 +55,6 @@ impl Default for ConsoleConfig {
             request_timeout: Duration::from_secs(30),
             overview_max_sessions: 20_000,
             secure_cookie: false,
-            grpc_ca: None,
-            grpc_cert: None,
-            grpc_key: None,
-            grpc_domain: "localhost".into(),
         }
     }
 }
@@ -85,10 +69,8 @@ impl ConsoleConfig {
     }
 
     /// Checks the section against the rest of the configuration; the
-    /// message names the key to change. The dev-mode default address is
-    /// not checked here: without what it needs, the console stays off with
-    /// a warning.
-    pub fn validate(&self, tls_on: bool, client_certs: bool) -> Result<(), String> {
+    /// message names the key to change.
+    pub fn validate(&self) -> Result<(), String> {
         if self.session_lifetime.is_zero() || self.idle_timeout.is_zero() {
             return Err(
                 "console.session_lifetime and console.idle_timeout must be greater than zero"
@@ -112,20 +94,6 @@ impl ConsoleConfig {
             return Err(format!(
                 "console.listen = {addr} is not loopback, and the console speaks plain HTTP: put it behind a TLS-terminating proxy and set console.secure_cookie = true, or listen on 127.0.0.1"
             ));
-        }
-        if tls_on && self.enabled && self.listen.is_some() && self.grpc_ca.is_none() {
-            return Err(
-                "with [tls] on, the console connects to this server over TLS: set console.grpc_ca to the PEM of the CA that signed tls.cert (or console.enabled = false)".into(),
-            );
-        }
-        if client_certs
-            && self.enabled
-            && self.listen.is_some()
-            && (self.grpc_cert.is_none() || self.grpc_key.is_none())
-        {
-            return Err(
-                "with tls.client_ca set, the console needs a client certificate for its own connection: set console.grpc_cert and console.grpc_key (or console.enabled = false)".into(),
-            );
         }
         Ok(())
     }

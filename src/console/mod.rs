@@ -1,19 +1,21 @@
 //! The compliance console: a web front door for compliance teams, auditors
 //! and admins, served by `spillway serve` on `console.listen`.
 //!
-//! It is a gRPC client of the server it runs in. Each signed-in browser
-//! session keeps the user's bearer token server-side ([`auth`]), and every
-//! page and action calls the server's own gRPC API over loopback with that
-//! token ([`grpc`]), so access decisions and audit are exactly those of any
-//! other client. The token table is consulted once, at sign-in, to greet the
-//! user by principal and to leave out links their roles may not use.
+//! It is a front door like gRPC: sign-in authenticates the bearer token
+//! against the server's token table (the same one the gRPC interceptor
+//! uses) and keeps the principal server-side ([`auth`]); every page and
+//! action then calls one [`crate::service::Service`] operation with that
+//! principal, so the access decisions and audit are those of every other
+//! door, decided once, in the service layer. The console never reads the
+//! store itself. The only thing it checks on its own is which links and
+//! buttons to show ([`views::may`], from the same access table), and that
+//! is a courtesy: the service decides.
 //!
 //! Layout:
 //! - [`config`]: the `[console]` section.
 //! - [`auth`]: server-side sessions, cookies and CSRF tokens.
-//! - [`grpc`]: the loopback channel and per-user clients.
 //! - [`routes`]: the router, security headers (strict CSP), the signed-in
-//!   extractor, sign-in and sign-out, and gRPC statuses as pages.
+//!   extractor, sign-in and sign-out, and service errors as pages.
 //! - [`views`]: the page frame and shared pieces (maud templates).
 //! - [`charts`]: SVG charts (plotters).
 //! - [`overview`], [`policy`], [`sessions`], [`audit`]: the pages.
@@ -22,7 +24,6 @@ pub mod audit;
 pub mod auth;
 pub mod charts;
 pub mod config;
-pub mod grpc;
 pub mod overview;
 pub mod policy;
 pub mod routes;
@@ -38,6 +39,7 @@ pub use config::ConsoleConfig;
 
 use crate::auth::TokenTable;
 use crate::config::Config;
+use crate::service::Service;
 
 /// Why the console could not start.
 #[derive(Debug, thiserror::Error)]
@@ -52,27 +54,17 @@ pub enum ConsoleError {
         /// Why.
         source: std::io::Error,
     },
-    /// The loopback gRPC channel could not be set up.
-    #[error("cannot set up the console's connection to the server: {0}")]
-    Channel(String),
 }
 
 /// Binds the console's listener, if the console is on. In dev mode, when
-/// the default address is taken or TLS leaves the console without what it
-/// needs, the console stays off with a warning; an address that was asked
-/// for must bind.
+/// the default address is taken, the console stays off with a warning; an
+/// address that was asked for must bind.
 pub async fn bind(config: &Config) -> Result<Option<TcpListener>, ConsoleError> {
     let c = &config.console;
     let Some(addr) = c.address(config.dev_mode()) else {
         return Ok(None);
     };
     let asked = c.listen.is_some();
-    if !asked && config.tls.cert.is_some() && c.grpc_ca.is_none() {
-        tracing::warn!(
-            "dev mode with TLS: the console stays off until console.grpc_ca names the CA of tls.cert"
-        );
-        return Ok(None);
-    }
     match TcpListener::bind(addr).await {
         Ok(l) => Ok(Some(l)),
         Err(e) if !asked => {
@@ -84,54 +76,23 @@ pub async fn bind(config: &Config) -> Result<Option<TcpListener>, ConsoleError> 
 }
 
 /// Serves the console on `listener` until `stop` changes or its sender is
-/// dropped. `grpc` is the server's own address.
+/// dropped; every action calls `service`.
 pub fn spawn(
     listener: TcpListener,
     config: Arc<Config>,
     tokens: Arc<TokenTable>,
-    grpc: SocketAddr,
+    service: Service,
     mut stop: tokio::sync::watch::Receiver<()>,
 ) -> Result<tokio::task::JoinHandle<()>, ConsoleError> {
     let c = config.console.clone();
-    let loopback = if grpc.ip().is_unspecified() {
-        SocketAddr::new(
-            if grpc.is_ipv4() {
-                std::net::Ipv4Addr::LOCALHOST.into()
-            } else {
-                std::net::Ipv6Addr::LOCALHOST.into()
-            },
-            grpc.port(),
-        )
-    } else {
-        grpc
-    };
-    let tls_on = config.tls.cert.is_some();
-    let tls = match (&c.grpc_ca, tls_on) {
-        (Some(ca), true) => {
-            let identity = c.grpc_cert.as_deref().zip(c.grpc_key.as_deref());
-            let t = crate::tls::client_config(ca, identity)
-                .map_err(|e| ConsoleError::Channel(e.to_string()))?
-                .domain_name(c.grpc_domain.clone());
-            Some(t)
-        }
-        _ => None,
-    };
-    let scheme = if tls.is_some() { "https" } else { "http" };
-    let channel = grpc::Grpc::new(
-        &format!("{scheme}://{loopback}"),
-        tls,
-        config.limits.max_response_message_bytes,
-    )
-    .map_err(|e| ConsoleError::Channel(e.to_string()))?;
-    let receipt_key =
-        std::fs::read_to_string(config.data_dir.join(crate::store::signing::KEY_FILE))
-            .ok()
-            .and_then(|t| crate::store::signing::ReceiptKey::from_hex(t.trim()));
+    let receipt_key = std::fs::read_to_string(config.data_dir.join(crate::receipt::KEY_FILE))
+        .ok()
+        .and_then(|t| crate::receipt::ReceiptKey::from_hex(t.trim()));
     if receipt_key.is_none() {
         tracing::warn!("console: cannot read the receipt key; receipts will be shown unverified");
     }
     let state = Arc::new(routes::Console {
-        grpc: channel,
+        service,
         sessions: auth::Sessions::new(c.session_lifetime, c.idle_timeout, c.max_sessions),
         tokens,
         config: config.clone(),

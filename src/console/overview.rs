@@ -1,7 +1,8 @@
 //! The overview: storage and payloads over time, what expires when, active
 //! holds, and the audit chain's last verification. Computed from
-//! ListSessions pages (bounded by `console.overview_max_sessions`) and
-//! VerifyAudit.
+//! [`Service::list_sessions`](crate::service::Service::list_sessions) pages
+//! (bounded by `console.overview_max_sessions`) and
+//! [`Service::verify_audit`](crate::service::Service::verify_audit).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -9,10 +10,11 @@ use axum::response::Response;
 use maud::{PreEscaped, html};
 
 use super::charts;
-use super::routes::{Ctx, Verification};
+use super::routes::{Ctx, Verification, status};
 use super::views::{self, Section, may};
 use crate::auth::access::Rpc;
-use crate::proto;
+use crate::service::StateFilter;
+use crate::store::records::{SessionRecord, SessionState};
 
 /// A verification older than this is redone when the overview is shown.
 const VERIFY_STALE: Duration = Duration::from_secs(10 * 60);
@@ -35,46 +37,36 @@ struct Figures {
     open: u64,
     bytes: u64,
     payloads: u64,
-    holds: Vec<proto::Session>,
+    holds: Vec<SessionRecord>,
     rows: Vec<Row>,
     truncated: bool,
 }
 
-fn secs(t: Option<&pbjson_types::Timestamp>) -> i64 {
-    t.map_or(0, |t| t.seconds)
-}
-
-async fn figures(ctx: &mut Ctx) -> Result<Figures, tonic::Status> {
+async fn figures(ctx: &Ctx) -> Result<Figures, tonic::Status> {
+    let (service, p) = ctx.service();
     let mut f = Figures::default();
     let mut token = String::new();
     loop {
-        let page = ctx
-            .calls
-            .sessions
-            .list_sessions(proto::ListSessionsRequest {
-                page_size: 1000,
-                page_token: token,
-                ..Default::default()
-            })
-            .await?
-            .into_inner();
-        for s in page.sessions {
-            let usage = s.usage.unwrap_or_default();
+        let page = service
+            .list_sessions(p, StateFilter::Any, &token, 1000)
+            .await
+            .map_err(status)?;
+        for (s, e) in page.items {
             f.sessions += 1;
-            f.open += u64::from(s.state == proto::SessionState::Open as i32);
-            f.bytes += usage.bytes;
-            f.payloads += usage.payloads;
+            f.open += u64::from(s.state == SessionState::Open);
+            f.bytes += s.usage_bytes;
+            f.payloads += s.usage_payloads;
             f.rows.push(Row {
-                created: secs(s.created_at.as_ref()),
-                expires: secs(s.expires_at.as_ref()),
-                bytes: usage.bytes,
-                payloads: usage.payloads,
+                created: s.created_ms / 1000,
+                expires: super::sessions::expires_ms(&s, &e) / 1000,
+                bytes: s.usage_bytes,
+                payloads: s.usage_payloads,
             });
             if s.legal_hold {
                 f.holds.push(s);
             }
         }
-        token = page.next_page_token;
+        token = page.next_token;
         if token.is_empty() {
             break;
         }
@@ -117,7 +109,7 @@ fn expiring(rows: &[Row], now: i64) -> Vec<(&'static str, u64, u64, u64)> {
 }
 
 /// Verifies the tenant's chain when the last check is missing or stale.
-async fn verification(ctx: &mut Ctx) -> Result<Option<Verification>, tonic::Status> {
+async fn verification(ctx: &Ctx) -> Result<Option<Verification>, tonic::Status> {
     if !may(&ctx.signed.principal.roles, Rpc::VerifyAudit) {
         return Ok(None);
     }
@@ -138,19 +130,19 @@ async fn verification(ctx: &mut Ctx) -> Result<Option<Verification>, tonic::Stat
 }
 
 /// GET /overview.
-pub async fn overview(mut ctx: Ctx) -> Response {
+pub async fn overview(ctx: Ctx) -> Response {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64);
     let f = if may(&ctx.signed.principal.roles, Rpc::ListSessions) {
-        match figures(&mut ctx).await {
+        match figures(&ctx).await {
             Ok(f) => Some(f),
             Err(s) => return ctx.refused(Section::Overview, &s),
         }
     } else {
         None
     };
-    let verified = match verification(&mut ctx).await {
+    let verified = match verification(&ctx).await {
         Ok(v) => v,
         Err(s) => return ctx.refused(Section::Overview, &s),
     };
@@ -261,11 +253,12 @@ fn holds(f: &Figures) -> maud::Markup {
                     thead { tr { th scope="col" { "Session" } th scope="col" { "Label" } th scope="col" { "Reason" } th scope="col" { "Placed by" } } }
                     tbody {
                         @for s in &f.holds {
+                            @let hold = s.hold.clone().unwrap_or_default();
                             tr {
                                 td { a href=(format!("/sessions/{}", s.id)) { code { (s.id) } } }
                                 td { (views::cut(&s.label, 80)) }
-                                td { (views::cut(&s.legal_hold_reason, 200)) }
-                                td { (s.legal_hold_by) }
+                                td { (views::cut(&hold.reason, 200)) }
+                                td { (hold.by) }
                             }
                         }
                     }

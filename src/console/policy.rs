@@ -1,7 +1,9 @@
 //! The policy page: the tenant's effective policy with where each value
-//! comes from, and the edit form. The server decides every change
-//! (SetPolicy); a refusal is shown next to the field it names. The merge
-//! shown is [`crate::policy::effective`], the function the server applies.
+//! comes from, and the edit form. The service decides every change
+//! ([`Service::set_policy`](crate::service::Service::set_policy), as
+//! SetPolicy does); a refusal is shown next to the field it names. The
+//! merge shown is [`crate::policy::effective`], the function the service
+//! applies.
 
 use std::time::Duration;
 
@@ -9,13 +11,11 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::{Markup, html};
 
-use super::routes::Ctx;
+use super::routes::{Ctx, status};
 use super::views::{self, Section, may};
 use crate::auth::access::Rpc;
-use crate::policy::{self, Policy};
-use crate::proto;
-use crate::sandbox::limits::ExecLimits;
-use crate::store::records::PolicyOverrides;
+use crate::policy::{self, ExecCeiling, Policy, PolicyOverrides};
+use crate::service::{PolicyTarget, PolicyView};
 
 /// How a field is edited.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -99,41 +99,6 @@ const CEILING: [(&str, &str); 4] = [
     ("fuel", "Fuel"),
 ];
 
-/// The tenant level as the server returned it, in the policy layer's type.
-fn level_of(p: &proto::Policy) -> PolicyOverrides {
-    let ms = |d: &Option<pbjson_types::Duration>| {
-        d.as_ref().map(|d| {
-            (d.seconds.max(0) as u64)
-                .saturating_mul(1000)
-                .saturating_add(d.nanos.max(0) as u64 / 1_000_000)
-        })
-    };
-    let nonzero = |v: u64| (v != 0).then_some(v);
-    PolicyOverrides {
-        retention_ms: ms(&p.retention),
-        session_ttl_ms: ms(&p.session_ttl),
-        max_session_bytes: nonzero(p.max_session_bytes),
-        max_payload_bytes: nonzero(p.max_payload_bytes),
-        max_payloads: nonzero(p.max_payloads),
-        delete_on_close: p.delete_on_close,
-        allow_download: p.allow_download,
-        allow_exec: p.allow_exec,
-        compliance_can_read: p.compliance_can_read,
-        exec_ceiling: p
-            .exec_ceiling
-            .as_ref()
-            .map(|l| ExecLimits {
-                timeout_ms: l.timeout_ms,
-                memory_bytes: l.memory_bytes,
-                max_stdout_bytes: l.max_stdout_bytes,
-                fuel: l.fuel,
-            })
-            .filter(|l| *l != ExecLimits::ZERO),
-        redact: p.redact.clone(),
-        locked: p.locked,
-    }
-}
-
 fn dur(d: Duration) -> String {
     humantime::format_duration(d).to_string()
 }
@@ -146,7 +111,7 @@ fn flag(b: bool) -> &'static str {
     if b { "yes" } else { "no" }
 }
 
-fn ceiling(l: &ExecLimits) -> String {
+fn ceiling(l: &ExecCeiling) -> String {
     format!(
         "{} ms, {} memory, {} stdout, fuel {}",
         l.timeout_ms,
@@ -266,7 +231,7 @@ fn submitted_from(l: &PolicyOverrides) -> Submitted {
         .filter(|f| f.2 != Kind::Ceiling)
         .map(|f| (f.0.to_owned(), form_value(l, f.0)))
         .collect();
-    let c = l.exec_ceiling.unwrap_or(ExecLimits::ZERO);
+    let c = l.exec_ceiling.unwrap_or(ExecCeiling::ZERO);
     for (name, v) in [
         ("timeout_ms", c.timeout_ms),
         ("memory_bytes", c.memory_bytes),
@@ -282,9 +247,10 @@ fn submitted_from(l: &PolicyOverrides) -> Submitted {
     out
 }
 
-/// Reads the form into a policy message; or the field and what is wrong.
-fn policy_from(form: &Submitted) -> Result<proto::Policy, (String, String)> {
-    let duration = |name: &str| -> Result<Option<pbjson_types::Duration>, (String, String)> {
+/// Reads the form into a tenant level; or the field and what is wrong.
+/// Empty fields, and zero quotas and ceilings, defer to the server.
+fn policy_from(form: &Submitted) -> Result<PolicyOverrides, (String, String)> {
+    let duration = |name: &str| -> Result<Option<u64>, (String, String)> {
         let v = get(form, name).trim();
         if v.is_empty() {
             return Ok(None);
@@ -297,10 +263,7 @@ fn policy_from(form: &Submitted) -> Result<proto::Policy, (String, String)> {
                 ),
             )
         })?;
-        Ok(Some(pbjson_types::Duration {
-            seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-            nanos: 0,
-        }))
+        Ok(Some(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)))
     };
     let number = |name: &str| -> Result<u64, (String, String)> {
         let v = get(form, name).trim();
@@ -314,6 +277,7 @@ fn policy_from(form: &Submitted) -> Result<proto::Policy, (String, String)> {
             )
         })
     };
+    let quota = |name: &str| number(name).map(|v| (v != 0).then_some(v));
     let flag = |name: &str| -> Result<Option<bool>, (String, String)> {
         match get(form, name) {
             "" => Ok(None),
@@ -325,7 +289,7 @@ fn policy_from(form: &Submitted) -> Result<proto::Policy, (String, String)> {
             )),
         }
     };
-    let ceiling = proto::ExecLimits {
+    let ceiling = ExecCeiling {
         timeout_ms: number("exec_ceiling.timeout_ms")?,
         memory_bytes: number("exec_ceiling.memory_bytes")?,
         max_stdout_bytes: number("exec_ceiling.max_stdout_bytes")?,
@@ -337,17 +301,17 @@ fn policy_from(form: &Submitted) -> Result<proto::Policy, (String, String)> {
         .filter(|l| !l.is_empty())
         .map(str::to_owned)
         .collect();
-    Ok(proto::Policy {
-        retention: duration("retention")?,
-        session_ttl: duration("session_ttl")?,
-        max_session_bytes: number("max_session_bytes")?,
-        max_payload_bytes: number("max_payload_bytes")?,
-        max_payloads: number("max_payloads")?,
+    Ok(PolicyOverrides {
+        retention_ms: duration("retention")?,
+        session_ttl_ms: duration("session_ttl")?,
+        max_session_bytes: quota("max_session_bytes")?,
+        max_payload_bytes: quota("max_payload_bytes")?,
+        max_payloads: quota("max_payloads")?,
         delete_on_close: flag("delete_on_close")?,
         allow_download: flag("allow_download")?,
         allow_exec: flag("allow_exec")?,
         compliance_can_read: flag("compliance_can_read")?,
-        exec_ceiling: (ceiling != proto::ExecLimits::default()).then_some(ceiling),
+        exec_ceiling: (ceiling != ExecCeiling::ZERO).then_some(ceiling),
         redact,
         locked: get(form, "locked") == "on",
     })
@@ -364,39 +328,40 @@ fn field_of(message: &str) -> Option<&str> {
         .find(|f| *f == field)
 }
 
-async fn tenant_level(ctx: &mut Ctx) -> Result<PolicyOverrides, tonic::Status> {
-    let tenant = ctx.signed.principal.tenant.clone();
-    let p = ctx
-        .calls
-        .policies
-        .get_policy(proto::GetPolicyRequest {
-            target: Some(proto::get_policy_request::Target::Tenant(tenant)),
-        })
-        .await?
-        .into_inner();
-    Ok(level_of(&p))
+async fn tenant_level(ctx: &Ctx) -> Result<PolicyOverrides, tonic::Status> {
+    let (service, p) = ctx.service();
+    let target = PolicyTarget::Tenant(p.tenant.clone());
+    match service.get_policy(p, target).await.map_err(status)? {
+        PolicyView::Level(l) => Ok(l),
+        PolicyView::Effective(_) => Err(tonic::Status::internal(
+            "the service answered a tenant's policy with a session's",
+        )),
+    }
 }
 
 /// GET /policy.
 pub async fn show(
-    mut ctx: Ctx,
+    ctx: Ctx,
     axum::extract::Query(q): axum::extract::Query<Vec<(String, String)>>,
 ) -> Response {
-    let level = match tenant_level(&mut ctx).await {
+    let level = match tenant_level(&ctx).await {
         Ok(l) => l,
         Err(s) => return ctx.refused(Section::Policy, &s),
     };
+    if let Some((_, id)) = q.iter().find(|(k, _)| k == "session") {
+        return session_policy(&ctx, &level, id).await;
+    }
     let saved = q.iter().any(|(k, v)| k == "saved" && v == "1");
     let form = submitted_from(&level);
     render(&ctx, StatusCode::OK, &level, &form, None, saved)
 }
 
 /// POST /policy: SetPolicy with the form's values.
-pub async fn update(mut ctx: Ctx, axum::Form(form): axum::Form<Submitted>) -> Response {
+pub async fn update(ctx: Ctx, axum::Form(form): axum::Form<Submitted>) -> Response {
     if let Some(r) = ctx.csrf_refusal(get(&form, "csrf")) {
         return r;
     }
-    let level = match tenant_level(&mut ctx).await {
+    let level = match tenant_level(&ctx).await {
         Ok(l) => l,
         Err(s) => return ctx.refused(Section::Policy, &s),
     };
@@ -413,15 +378,11 @@ pub async fn update(mut ctx: Ctx, axum::Form(form): axum::Form<Submitted>) -> Re
             );
         }
     };
-    let tenant = ctx.signed.principal.tenant.clone();
-    match ctx
-        .calls
-        .policies
-        .set_policy(proto::SetPolicyRequest {
-            tenant,
-            policy: Some(policy),
-        })
+    let (service, p) = ctx.service();
+    match service
+        .set_policy(p, &p.tenant, Some(policy))
         .await
+        .map_err(status)
     {
         Ok(_) => Redirect::to("/policy?saved=1").into_response(),
         Err(s) if s.code() == tonic::Code::Unauthenticated => ctx.refused(Section::Policy, &s),
@@ -440,6 +401,57 @@ pub async fn update(mut ctx: Ctx, axum::Form(form): axum::Form<Submitted>) -> Re
     }
 }
 
+/// GET /policy?session=…: a session's effective policy, and for each
+/// value the level it comes from (server, tenant or session).
+async fn session_policy(ctx: &Ctx, level: &PolicyOverrides, id: &str) -> Response {
+    if id.len() > 128 {
+        return ctx.page_with(
+            StatusCode::NOT_FOUND,
+            Section::Policy,
+            "Not found",
+            views::notice(
+                "error",
+                "No such session: the ID is longer than any this server makes.",
+            ),
+        );
+    }
+    let (service, p) = ctx.service();
+    let target = PolicyTarget::Session(id.to_owned());
+    let effective = match service.get_policy(p, target).await.map_err(status) {
+        Ok(PolicyView::Effective(e)) => e,
+        Ok(PolicyView::Level(_)) => {
+            return ctx.refused(
+                Section::Policy,
+                &tonic::Status::internal("the service answered a session's policy with a tenant's"),
+            );
+        }
+        Err(s) => return ctx.refused(Section::Policy, &s),
+    };
+    let server = Policy::server_default(&ctx.app.config.policy);
+    let body = html! {
+        section class="card" aria-labelledby="eff-h" {
+            h2 id="eff-h" { "Effective policy of session " code { (id) } }
+            table {
+                caption { "Each value, and the level it comes from" }
+                thead { tr { th scope="col" { "Field" } th scope="col" { "Effective" } th scope="col" { "Source" } th scope="col" { "Server default" } th scope="col" { "Tenant" } } }
+                tbody {
+                    @for (name, label, _, _) in FIELDS {
+                        tr {
+                            th scope="row" { (label) }
+                            td data-field=(name) { (shown(&effective, name)) }
+                            td data-source=(name) { (source(&server, level, &effective, name)) }
+                            td { (shown(&server, name)) }
+                            td { (level_shown(level, name).unwrap_or_else(|| "—".into())) }
+                        }
+                    }
+                }
+            }
+            p { a href=(format!("/sessions/{id}")) { "Back to the session" } " " a href="/policy" { "The tenant policy" } }
+        }
+    };
+    ctx.page(Section::Policy, "Session policy", body)
+}
+
 fn render(
     ctx: &Ctx,
     status: StatusCode,
@@ -448,7 +460,7 @@ fn render(
     refusal: Option<(String, String)>,
     saved: bool,
 ) -> Response {
-    let server = Policy::server_default(&ctx.app.config);
+    let server = Policy::server_default(&ctx.app.config.policy);
     let effective = policy::effective(&server, level, &PolicyOverrides::default());
     let can_edit = may(&ctx.signed.principal.roles, Rpc::SetPolicy);
     let (bad_field, bad_text) = refusal.clone().unwrap_or_default();
@@ -604,8 +616,10 @@ mod tests {
             ("locked".into(), "on".into()),
         ];
         let p = policy_from(&form).unwrap();
-        assert_eq!(p.retention.unwrap().seconds, 3 * 86400);
-        assert_eq!(p.max_payloads, 10);
+        assert_eq!(p.retention_ms, Some(3 * 86_400_000));
+        assert_eq!(p.max_payloads, Some(10));
+        assert_eq!(p.max_session_bytes, None);
+        assert_eq!(p.exec_ceiling, None);
         assert_eq!(p.allow_exec, Some(false));
         assert_eq!(p.allow_download, None);
         assert_eq!(p.redact, vec!["builtin:email".to_owned()]);
@@ -626,7 +640,7 @@ mod tests {
             allow_download: true,
             allow_exec: true,
             compliance_can_read: false,
-            exec_ceiling: ExecLimits::CEILING,
+            exec_ceiling: ExecCeiling::CEILING,
             redact: vec![],
             locked: false,
         };

@@ -1,5 +1,5 @@
 //! The router, the state every handler shares, the signed-in extractor,
-//! security headers, and the mapping of gRPC refusals to pages.
+//! security headers, and the mapping of the service's refusals to pages.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -14,10 +14,10 @@ use axum::routing::{get, post};
 use maud::{Markup, html};
 
 use super::auth::{COOKIE, Missing, Sessions, Signed};
-use super::grpc::{Calls, Grpc};
 use super::views::{self, Chrome, Section};
 use crate::auth::TokenTable;
-use crate::store::signing::ReceiptKey;
+use crate::error::ApiError;
+use crate::service::Service;
 
 /// The cookie of a sign-in form in progress.
 pub const SIGNIN_COOKIE: &str = "spillway_console_signin";
@@ -47,18 +47,16 @@ pub struct Verification {
 
 /// What every handler shares.
 pub struct Console {
-    /// The channel to the server's gRPC API.
-    pub grpc: Grpc,
+    /// The service layer every action calls, as gRPC does.
+    pub service: Service,
     /// Signed-in sessions.
     pub sessions: Sessions,
     /// The server's token table, to tell who a token stands for at sign-in
-    /// (the same table the gRPC interceptor uses).
+    /// (the same table the gRPC interceptor authenticates with).
     pub tokens: Arc<TokenTable>,
     /// The server's configuration: its default policy shows where each
     /// policy value comes from.
     pub config: Arc<crate::config::Config>,
-    /// The server's receipt key, to verify receipt signatures.
-    pub receipt_key: Option<ReceiptKey>,
     /// `Secure` on cookies.
     pub secure: bool,
     /// Sessions the overview reads at most.
@@ -227,12 +225,11 @@ fn set_cookie(name: &str, value: &str, path: &str, max_age: Duration, secure: bo
     c.to_string()
 }
 
-/// A signed-in request: the session, and gRPC clients with its token.
+/// A signed-in request: the session, whose principal every service call
+/// of the request acts as.
 pub struct Ctx {
     /// The session.
     pub signed: Signed,
-    /// Clients that carry the session's token.
-    pub calls: Calls,
     /// The shared state.
     pub app: AppState,
 }
@@ -288,7 +285,12 @@ impl Ctx {
         ))
     }
 
-    /// The page for a gRPC refusal or failure.
+    /// The service, and the principal to call it as.
+    pub fn service(&self) -> (&Service, &crate::auth::Principal) {
+        (&self.app.service, &self.signed.principal)
+    }
+
+    /// The page for a refusal or failure of the service.
     pub fn refused(&self, section: Section, s: &tonic::Status) -> Response {
         if s.code() == tonic::Code::Unauthenticated {
             self.app.sessions.sign_out(&self.signed);
@@ -299,7 +301,13 @@ impl Ctx {
     }
 }
 
-/// The HTTP status and page title for a gRPC code. NOT_FOUND stays 404, so
+/// A service error as a status: its code and words from the one mapping
+/// in [`crate::error`] (internal details stay in the server log).
+pub fn status(e: ApiError) -> tonic::Status {
+    e.into()
+}
+
+/// The HTTP status and page title for a status code. NOT_FOUND stays 404, so
 /// another tenant's session reads the same as one that does not exist.
 pub fn status_of(code: tonic::Code) -> (StatusCode, &'static str) {
     use tonic::Code as C;
@@ -344,13 +352,8 @@ impl FromRequestParts<AppState> for Ctx {
                 return Err(Redirect::to(&format!("/signin?why={why}")).into_response());
             }
         };
-        let Some(calls) = app.grpc.with_token(&signed.token) else {
-            app.sessions.sign_out(&signed);
-            return Err(Redirect::to("/signin?why=token").into_response());
-        };
         Ok(Ctx {
             signed,
-            calls,
             app: app.clone(),
         })
     }
@@ -409,7 +412,7 @@ fn signin_page(
             p { label for="token" { "Bearer token" } }
             p { input id="token" name="token" type="password" autocomplete="off" required maxlength="4096" aria-describedby="token-help"; }
             p id="token-help" class="help" {
-                "The token you use with the CLI or the API. It stays on the server for this console session and is never stored in your browser."
+                "The token you use with the CLI or the API. It is checked once, at sign-in, against the server's tokens; it is not kept, and never stored in your browser."
             }
             p { button type="submit" { "Sign in" } }
         }
@@ -467,7 +470,7 @@ async fn signin(
         }
     };
     let id = principal.id.clone();
-    match app.sessions.sign_in(principal, token.to_owned()) {
+    match app.sessions.sign_in(principal) {
         Ok(cookie) => {
             tracing::info!(principal = %id, "console sign-in");
             let set = set_cookie(COOKIE, &cookie, "/", app.sessions.lifetime(), app.secure);

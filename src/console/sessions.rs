@@ -10,10 +10,14 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::{Markup, html};
 
-use super::routes::Ctx;
+use super::routes::{Ctx, status};
 use super::views::{self, Section, may};
 use crate::auth::access::Rpc;
-use crate::proto;
+use crate::clock::Millis;
+use crate::policy::Policy;
+use crate::service::{ReadRequest, SessionFilter, StateFilter};
+use crate::store::ReadSpec;
+use crate::store::records::{PayloadRecord, SessionRecord, SessionState};
 
 /// Sessions per list page.
 const PAGE: u32 = 50;
@@ -53,7 +57,8 @@ pub struct Filters {
 }
 
 impl Filters {
-    fn request(&self, now: SystemTime) -> Result<proto::ListSessionsRequest, String> {
+    /// The state and filters of a list request.
+    fn request(&self, now: SystemTime) -> Result<(StateFilter, SessionFilter), String> {
         for (name, v) in [
             ("owner", &self.owner),
             ("q", &self.q),
@@ -67,9 +72,9 @@ impl Filters {
             }
         }
         let state = match self.state.as_str() {
-            "" => proto::SessionState::Unspecified,
-            "open" => proto::SessionState::Open,
-            "closed" => proto::SessionState::Closed,
+            "" => StateFilter::Any,
+            "open" => StateFilter::Only(SessionState::Open),
+            "closed" => StateFilter::Only(SessionState::Closed),
             other => return Err(format!("state {other:?} is not open or closed")),
         };
         let labels = match self.label.trim() {
@@ -86,12 +91,9 @@ impl Filters {
             "30d" => Some(Duration::from_secs(30 * 86_400)),
             other => return Err(format!("expires {other:?} is not 24h, 7d or 30d")),
         };
-        let expires_before = window.map(|w| {
+        let expires_before_ms = window.map(|w| {
             let at = (now + w).duration_since(UNIX_EPOCH).unwrap_or_default();
-            pbjson_types::Timestamp {
-                seconds: i64::try_from(at.as_secs()).unwrap_or(i64::MAX),
-                nanos: 0,
-            }
+            Millis::try_from(at.as_millis()).unwrap_or(Millis::MAX)
         });
         let legal_hold = match self.hold.as_str() {
             "" => None,
@@ -99,16 +101,17 @@ impl Filters {
             "no" => Some(false),
             other => return Err(format!("hold {other:?} is not yes or no")),
         };
-        Ok(proto::ListSessionsRequest {
-            page_size: PAGE,
-            page_token: self.page.clone(),
-            state: state as i32,
-            owner: self.owner.trim().to_owned(),
-            labels,
-            expires_before,
-            legal_hold,
-            label_contains: self.q.trim().to_owned(),
-        })
+        let set = |v: &str| (!v.trim().is_empty()).then(|| v.trim().to_owned());
+        Ok((
+            state,
+            SessionFilter {
+                owner: set(&self.owner),
+                labels,
+                expires_before_ms,
+                legal_hold,
+                label_contains: set(&self.q),
+            },
+        ))
     }
 
     /// The query string of these filters on another page.
@@ -136,19 +139,24 @@ impl Filters {
     }
 }
 
-fn state_name(s: i32) -> &'static str {
-    match proto::SessionState::try_from(s) {
-        Ok(proto::SessionState::Open) => "open",
-        Ok(proto::SessionState::Closed) => "closed",
-        Ok(proto::SessionState::Deleted) => "deleted",
-        _ => "unknown",
+fn state_name(s: SessionState) -> &'static str {
+    match s {
+        SessionState::Open => "open",
+        SessionState::Closed => "closed",
     }
+}
+
+/// When a session expires: the earlier of its stored expiry and its
+/// creation plus its effective TTL (what GetSession reports).
+pub fn expires_ms(s: &SessionRecord, effective: &Policy) -> Millis {
+    s.expires_ms
+        .min(crate::clock::add(s.created_ms, effective.session_ttl))
 }
 
 /// The list page's body, for a page of sessions (shared with the bench).
 pub fn list_body(
     f: &Filters,
-    sessions: &[proto::Session],
+    sessions: &[(SessionRecord, Policy)],
     next: &str,
     error: Option<&str>,
 ) -> Markup {
@@ -182,17 +190,16 @@ pub fn list_body(
                     th scope="col" { "Created" } th scope="col" { "Expires" } th scope="col" { "Payloads" } th scope="col" { "Stored" } th scope="col" { "Hold" }
                 } }
                 tbody {
-                    @for s in sessions {
-                        @let usage = s.usage.unwrap_or_default();
+                    @for (s, e) in sessions {
                         tr {
                             td { a href=(format!("/sessions/{}", s.id)) { code { (s.id) } } }
                             td { (views::cut(&s.label, 80)) }
                             td { (s.owner) }
                             td { (state_name(s.state)) }
-                            td { (views::time(s.created_at.as_ref())) }
-                            td { (views::time(s.expires_at.as_ref())) }
-                            td class="num" { (usage.payloads) }
-                            td class="num" { (views::bytes(usage.bytes)) }
+                            td { (views::time(s.created_ms)) }
+                            td { (views::time(expires_ms(s, e))) }
+                            td class="num" { (s.usage_payloads) }
+                            td class="num" { (views::bytes(s.usage_bytes)) }
                             td { @if s.legal_hold { span class="badge" { "held" } } }
                         }
                     }
@@ -207,18 +214,22 @@ pub fn list_body(
 }
 
 /// GET /sessions.
-pub async fn list(mut ctx: Ctx, Query(f): Query<Filters>) -> Response {
-    let req = match f.request(SystemTime::now()) {
+pub async fn list(ctx: Ctx, Query(f): Query<Filters>) -> Response {
+    let (state, filter) = match f.request(SystemTime::now()) {
         Ok(r) => r,
         Err(e) => {
             let body = list_body(&f, &[], "", Some(&e));
             return ctx.page_with(StatusCode::BAD_REQUEST, Section::Sessions, "Sessions", body);
         }
     };
-    match ctx.calls.sessions.list_sessions(req).await {
+    let (service, p) = ctx.service();
+    let listed = service
+        .list_sessions_where(p, state, &filter, &f.page, PAGE)
+        .await
+        .map_err(status);
+    match listed {
         Ok(r) => {
-            let r = r.into_inner();
-            let body = list_body(&f, &r.sessions, &r.next_page_token, None);
+            let body = list_body(&f, &r.items, &r.next_token, None);
             ctx.page(Section::Sessions, "Sessions", body)
         }
         Err(s) if matches!(s.code(), tonic::Code::InvalidArgument) => {
@@ -246,60 +257,43 @@ fn too_long(ctx: &Ctx) -> Response {
 }
 
 /// GET /sessions/{id}.
-pub async fn show(mut ctx: Ctx, Path(id): Path<String>) -> Response {
+pub async fn show(ctx: Ctx, Path(id): Path<String>) -> Response {
     if !id_ok(&id) {
         return too_long(&ctx);
     }
-    let s = match ctx
-        .calls
-        .sessions
-        .get_session(proto::GetSessionRequest {
-            session_id: id.clone(),
-        })
-        .await
-    {
-        Ok(s) => s.into_inner(),
-        Err(s) => return ctx.refused(Section::Sessions, &s),
+    let (service, p) = ctx.service();
+    let s = match service.get_session(p, &id).await {
+        Ok(s) => s,
+        Err(e) => return ctx.refused(Section::Sessions, &status(e)),
     };
-    let payloads = match ctx
-        .calls
-        .payloads
-        .list_payloads(proto::ListPayloadsRequest {
-            session_id: id.clone(),
-            page_size: PAYLOADS,
-            page_token: String::new(),
-        })
-        .await
-    {
-        Ok(p) => p.into_inner(),
-        Err(st) => return ctx.refused(Section::Sessions, &st),
+    let payloads = match service.list_payloads(p, &id, "", PAYLOADS).await {
+        Ok(p) => p,
+        Err(e) => return ctx.refused(Section::Sessions, &status(e)),
     };
-    let body = session_body(&ctx, &s, &payloads, None);
-    let title = format!("Session {}", s.id);
+    let body = session_body(&ctx, &s, &payloads.items, !payloads.next_token.is_empty());
+    let title = format!("Session {}", s.0.id);
     ctx.page(Section::Sessions, &title, body)
 }
 
 fn session_body(
     ctx: &Ctx,
-    s: &proto::Session,
-    payloads: &proto::ListPayloadsResponse,
-    refusal: Option<&str>,
+    (s, policy): &(SessionRecord, Policy),
+    payloads: &[PayloadRecord],
+    more: bool,
 ) -> Markup {
     let roles = &ctx.signed.principal.roles;
-    let usage = s.usage.unwrap_or_default();
-    let policy = s.policy.clone().unwrap_or_default();
+    // Only which link to offer: the service decides each Read.
     let can_read = may(roles, Rpc::Read)
-        && (policy.compliance_can_read == Some(true)
+        && (policy.compliance_can_read
             || roles
                 .iter()
                 .any(|r| matches!(r, crate::auth::Role::Agent | crate::auth::Role::Admin)));
-    let derived: Vec<&proto::Payload> = payloads
-        .payloads
+    let derived: Vec<&PayloadRecord> = payloads
         .iter()
         .filter(|p| !p.derived_from.is_empty())
         .collect();
+    let hold = s.hold.clone().unwrap_or_default();
     html! {
-        @if let Some(r) = refusal { (views::notice("error", r)) }
         section class="card" aria-labelledby="meta-h" {
             h2 id="meta-h" { "Session" }
             dl class="meta" {
@@ -311,24 +305,25 @@ fn session_body(
                 }
                 dt { "State" } dd { (state_name(s.state)) }
                 dt { "Owner" } dd { (s.owner) }
-                dt { "Created" } dd { (views::time(s.created_at.as_ref())) }
-                dt { "Expires" } dd { (views::time(s.expires_at.as_ref())) }
-                dt { "Stored" } dd { (usage.payloads) " payloads, " (views::bytes(usage.bytes)) }
-                dt { "Retention" } dd { (policy.retention.map(|d| humantime::format_duration(Duration::from_secs(d.seconds.max(0) as u64)).to_string()).unwrap_or_default()) }
-                dt { "Compliance may read" } dd { (if policy.compliance_can_read == Some(true) { "yes" } else { "no" }) }
+                dt { "Created" } dd { (views::time(s.created_ms)) }
+                dt { "Expires" } dd { (views::time(expires_ms(s, policy))) }
+                dt { "Stored" } dd { (s.usage_payloads) " payloads, " (views::bytes(s.usage_bytes)) }
+                dt { "Retention" } dd { (humantime::format_duration(policy.retention)) }
+                dt { "Compliance may read" } dd { (if policy.compliance_can_read { "yes" } else { "no" }) }
+                dt { "Policy" } dd { a href=(format!("/policy?session={}", s.id)) { "Every effective value, and where it comes from" } }
             }
         }
         section class="card" aria-labelledby="share-h" {
             h2 id="share-h" { "Sharing" }
             dl class="meta" {
                 dt { "Shared with" } dd { @if s.share_with.is_empty() { "nobody" } @else { (s.share_with.join(", ")) } }
-                dt { "Parent session" } dd { @if s.parent_session_id.is_empty() { "none" } @else { a href=(format!("/sessions/{}", s.parent_session_id)) { code { (s.parent_session_id) } } } }
+                dt { "Parent session" } dd { @if let Some(parent) = &s.parent { a href=(format!("/sessions/{parent}")) { code { (parent) } } } @else { "none" } }
             }
         }
         section class="card" aria-labelledby="hold-h" {
             h2 id="hold-h" { "Legal hold" }
             @if s.legal_hold {
-                p { span class="badge" { "held" } " by " (s.legal_hold_by) ": " (views::cut(&s.legal_hold_reason, 500)) }
+                p { span class="badge" { "held" } " by " (hold.by) " since " (views::time(hold.since_ms)) ": " (views::cut(&hold.reason, 500)) }
                 p { "While held, nothing of this session is deleted: not by expiry, not on request." }
             } @else {
                 p { "Not held." }
@@ -353,24 +348,24 @@ fn session_body(
         }
         section class="card" aria-labelledby="pl-h" {
             h2 id="pl-h" { "Payloads" }
-            @if payloads.payloads.is_empty() { p { "No payloads." } } @else {
+            @if payloads.is_empty() { p { "No payloads." } } @else {
                 table {
-                    caption { (payloads.payloads.len()) " payloads" @if !payloads.next_page_token.is_empty() { " (the first " (PAYLOADS) " are listed)" } }
+                    caption { (payloads.len()) " payloads" @if more { " (the first " (PAYLOADS) " are listed)" } }
                     thead { tr {
                         th scope="col" { "Name" } th scope="col" { "ID" } th scope="col" { "Size" } th scope="col" { "Lines" }
                         th scope="col" { "Type" } th scope="col" { "Tool" } th scope="col" { "SHA-256" } th scope="col" { "Expires" }
                     } }
                     tbody {
-                        @for p in &payloads.payloads {
+                        @for p in payloads {
                             tr {
                                 td { @if can_read { a href=(format!("/payloads/{}", p.id)) { (views::cut(&p.name, 120)) } } @else { (views::cut(&p.name, 120)) } }
                                 td { code { (p.id) } }
-                                td class="num" { (views::bytes(p.size_bytes)) }
+                                td class="num" { (views::bytes(p.size)) }
                                 td class="num" { (p.line_count) }
                                 td { (views::cut(&p.content_type, 60)) }
                                 td { (views::cut(&p.tool_name, 60)) }
                                 td { code class="hash" { (p.sha256.get(..16).unwrap_or(&p.sha256)) "…" } }
-                                td { (views::time(p.expires_at.as_ref())) }
+                                td { (views::time(p.expires_ms)) }
                             }
                         }
                     }
@@ -380,7 +375,7 @@ fn session_body(
             @if derived.is_empty() { p { "None: no payload here was made from others." } } @else {
                 ul {
                     @for p in &derived {
-                        li { code { (p.id) } " (" (views::cut(&p.name, 120)) ") from " (p.derived_from.join(", ")) }
+                        li { code { (p.id) } " (" (views::cut(&p.name, 120)) ") from " (p.derived_from.iter().map(|d| d.as_str()).collect::<Vec<_>>().join(", ")) }
                     }
                 }
             }
@@ -407,7 +402,7 @@ pub struct HoldForm {
 
 /// POST /sessions/{id}/hold.
 pub async fn hold(
-    mut ctx: Ctx,
+    ctx: Ctx,
     Path(id): Path<String>,
     axum::Form(f): axum::Form<HoldForm>,
 ) -> Response {
@@ -417,36 +412,29 @@ pub async fn hold(
     if !id_ok(&id) {
         return too_long(&ctx);
     }
-    let req = proto::SetLegalHoldRequest {
-        session_id: id.clone(),
-        hold: f.hold == "true",
-        reason: f.reason,
-    };
-    match ctx.calls.policies.set_legal_hold(req).await {
+    let (service, p) = ctx.service();
+    match service
+        .set_legal_hold(p, &id, f.hold == "true", &f.reason)
+        .await
+    {
         Ok(_) => Redirect::to(&format!("/sessions/{id}")).into_response(),
-        Err(s) => ctx.refused(Section::Sessions, &s),
+        Err(e) => ctx.refused(Section::Sessions, &status(e)),
     }
 }
 
-async fn session_of(ctx: &mut Ctx, id: &str) -> Result<proto::Session, tonic::Status> {
-    Ok(ctx
-        .calls
-        .sessions
-        .get_session(proto::GetSessionRequest {
-            session_id: id.to_owned(),
-        })
-        .await?
-        .into_inner())
+async fn session_of(ctx: &Ctx, id: &str) -> Result<SessionRecord, tonic::Status> {
+    let (service, p) = ctx.service();
+    let (s, _) = service.get_session(p, id).await.map_err(status)?;
+    Ok(s)
 }
 
-fn confirm_body(ctx: &Ctx, s: &proto::Session, refusal: Option<&str>) -> Markup {
-    let usage = s.usage.unwrap_or_default();
+fn confirm_body(ctx: &Ctx, s: &SessionRecord, refusal: Option<&str>) -> Markup {
     html! {
         @if let Some(r) = refusal { (views::notice("error", &format!("The server refused the deletion; nothing was deleted: {r}"))) }
         section class="card danger" aria-labelledby="confirm-h" {
             h2 id="confirm-h" { "Confirm the deletion" }
             p { "This removes session " code { (s.id) } " (" (views::cut(&s.label, 120)) "): "
-                (usage.payloads) " payloads, " (views::bytes(usage.bytes)) ", their derived payloads and archived results. It cannot be undone; a signed receipt records it." }
+                (s.usage_payloads) " payloads, " (views::bytes(s.usage_bytes)) ", their derived payloads and archived results. It cannot be undone; a signed receipt records it." }
             @if s.legal_hold { (views::notice("info", "This session is under a legal hold: the server will refuse to delete it until the hold is released.")) }
             form method="post" action=(format!("/sessions/{}/delete", s.id)) {
                 (views::csrf(&ctx.signed.csrf))
@@ -461,11 +449,11 @@ fn confirm_body(ctx: &Ctx, s: &proto::Session, refusal: Option<&str>) -> Markup 
 }
 
 /// GET /sessions/{id}/delete: the confirmation step.
-pub async fn confirm_delete(mut ctx: Ctx, Path(id): Path<String>) -> Response {
+pub async fn confirm_delete(ctx: Ctx, Path(id): Path<String>) -> Response {
     if !id_ok(&id) {
         return too_long(&ctx);
     }
-    match session_of(&mut ctx, &id).await {
+    match session_of(&ctx, &id).await {
         Ok(s) => {
             let body = confirm_body(&ctx, &s, None);
             ctx.page(Section::Sessions, "Delete a session", body)
@@ -485,7 +473,7 @@ pub struct DeleteForm {
 
 /// POST /sessions/{id}/delete: DeleteSession, then its receipt.
 pub async fn delete(
-    mut ctx: Ctx,
+    ctx: Ctx,
     Path(id): Path<String>,
     axum::Form(f): axum::Form<DeleteForm>,
 ) -> Response {
@@ -495,18 +483,14 @@ pub async fn delete(
     if !id_ok(&id) {
         return too_long(&ctx);
     }
-    let req = proto::DeleteSessionRequest {
-        session_id: id.clone(),
-        reason: f.reason,
-    };
-    match ctx.calls.sessions.delete_session(req).await {
+    let (service, p) = ctx.service();
+    match service.delete_session(p, &id, &f.reason).await.map_err(status) {
         Ok(r) => {
-            let r = r.into_inner();
             Redirect::to(&format!("/receipts?id={}&deleted=1", r.id)).into_response()
         }
         Err(st) if st.code() == tonic::Code::FailedPrecondition => {
             let msg = super::routes::message(&st);
-            match session_of(&mut ctx, &id).await {
+            match session_of(&ctx, &id).await {
                 Ok(s) => {
                     let body = confirm_body(&ctx, &s, Some(&msg));
                     ctx.page_with(
@@ -525,33 +509,29 @@ pub async fn delete(
 
 /// GET /payloads/{id}: metadata and, when the server allows it, the first
 /// bytes as escaped text.
-pub async fn payload(mut ctx: Ctx, Path(id): Path<String>) -> Response {
+pub async fn payload(ctx: Ctx, Path(id): Path<String>) -> Response {
     if !id_ok(&id) {
         return too_long(&ctx);
     }
-    let p = match ctx
-        .calls
-        .payloads
-        .stat(proto::PayloadRequest {
-            payload_id: id.clone(),
-        })
-        .await
-    {
-        Ok(p) => p.into_inner(),
-        Err(s) => return ctx.refused(Section::Sessions, &s),
+    let (service, principal) = ctx.service();
+    let p = match service.stat(principal, &id).await {
+        Ok(p) => p,
+        Err(e) => return ctx.refused(Section::Sessions, &status(e)),
     };
-    let read = ctx
-        .calls
-        .payloads
-        .read(proto::ReadRequest {
-            payload_id: id.clone(),
-            max_bytes: CONTENT_BYTES,
-            range: Some(proto::read_request::Range::ByteRange(proto::ByteRange {
-                offset: 0,
-                length: CONTENT_BYTES,
-            })),
-        })
-        .await;
+    let read = service
+        .read(
+            principal,
+            ReadRequest {
+                payload_id: id.clone(),
+                spec: Some(ReadSpec::Bytes {
+                    offset: 0,
+                    length: CONTENT_BYTES,
+                }),
+                max_bytes: CONTENT_BYTES,
+            },
+        )
+        .await
+        .map_err(status);
     let body = html! {
         section class="card" aria-labelledby="p-h" {
             h2 id="p-h" { "Payload" }
@@ -559,7 +539,7 @@ pub async fn payload(mut ctx: Ctx, Path(id): Path<String>) -> Response {
                 dt { "Name" } dd { (views::cut(&p.name, 200)) }
                 dt { "ID" } dd { code { (p.id) } }
                 dt { "Session" } dd { a href=(format!("/sessions/{}", p.session_id)) { code { (p.session_id) } } }
-                dt { "Size" } dd { (views::bytes(p.size_bytes)) ", " (p.line_count) " lines" }
+                dt { "Size" } dd { (views::bytes(p.size)) ", " (p.line_count) " lines" }
                 dt { "SHA-256" } dd { code class="hash" { (p.sha256) } }
             }
         }
@@ -567,9 +547,8 @@ pub async fn payload(mut ctx: Ctx, Path(id): Path<String>) -> Response {
             h2 id="c-h" { "Content" }
             @match &read {
                 Ok(r) => {
-                    @let r = r.get_ref();
-                    p class="help" { "Bytes " (r.start_offset) " to " (r.end_offset) " of " (r.total_bytes) ", shown as text." @if !r.eof { " The rest is not shown." } }
-                    pre class="content" tabindex="0" { (String::from_utf8_lossy(&r.data)) }
+                    p class="help" { "Bytes " (r.out.start_offset) " to " (r.out.end_offset) " of " (r.total_bytes) ", shown as text." @if !r.out.eof { " The rest is not shown." } }
+                    pre class="content" tabindex="0" { (String::from_utf8_lossy(&r.out.data)) }
                 }
                 Err(s) => { (views::notice("info", &format!("Content not shown: {}", super::routes::message(s)))) }
             }

@@ -159,13 +159,12 @@ pub fn bytes(n: u64) -> String {
     }
 }
 
-/// A protobuf timestamp as RFC 3339 UTC to the second; `—` when unset.
-pub fn time(t: Option<&pbjson_types::Timestamp>) -> String {
-    let Some(t) = t else { return "—".into() };
-    let Ok(secs) = u64::try_from(t.seconds) else {
+/// Milliseconds since the epoch as RFC 3339 UTC to the second; `—` before it.
+pub fn time(ms: crate::clock::Millis) -> String {
+    let Ok(ms) = u64::try_from(ms) else {
         return "—".into();
     };
-    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
+    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
         .to_string()
 }
 

@@ -40,6 +40,18 @@ pub struct ToolResult {
     pub tool_name: String,
 }
 
+/// A piece of a provider-format history kept verbatim and not interpreted:
+/// an image, a document, a thinking block, a Responses reasoning item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Part {
+    /// Its JSON text, as it came (see [`crate::context::adapters`] for what
+    /// one part is in each format).
+    pub json: String,
+    /// It belongs to the content of the tool result just before it in the
+    /// same message (an image a tool returned).
+    pub of_result: bool,
+}
+
 /// One block of a message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Block {
@@ -49,6 +61,8 @@ pub enum Block {
     ToolUse(ToolUse),
     /// A tool result.
     ToolResult(ToolResult),
+    /// A provider piece kept verbatim.
+    Part(Part),
 }
 
 /// A message.

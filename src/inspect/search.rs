@@ -108,13 +108,13 @@ pub fn search_file(
     deadline: Instant,
     hits: &mut Vec<Hit>,
 ) -> Result<(Stop, u64), SearchError> {
-    let mut searcher = builder(c)
-        // SAFETY: payload files are written once, renamed into place and
-        // never modified or truncated afterwards (deletion only unlinks, which
-        // leaves an existing mapping valid), so the mapped bytes cannot
-        // change under the searcher.
-        .memory_map(unsafe { grep_searcher::MmapChoice::auto() })
-        .build();
+    // SAFETY: payload files are written once, renamed into place and never
+    // modified or truncated afterwards (deletion only unlinks, which leaves
+    // an existing mapping valid), so the mapped bytes cannot change under
+    // the searcher.
+    #[allow(unsafe_code)]
+    let mmap = unsafe { grep_searcher::MmapChoice::auto() };
+    let mut searcher = builder(c).memory_map(mmap).build();
     let mut sink = Collector::new(hits, budget, *bytes_left, Some(deadline));
     searcher.search_file(&c.matcher, file, &mut sink)?;
     *bytes_left = sink.bytes_left;

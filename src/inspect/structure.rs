@@ -11,7 +11,7 @@ use std::fmt::Write as _;
 use std::io::{self, Read};
 
 use super::detect::{self, Kind};
-use crate::offload::preview::{count_of, group};
+use crate::text::{count_of, group};
 
 /// Largest single record (JSON element or NDJSON line) that is parsed for
 /// fields; larger ones are counted but not described.

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ids::SessionId;
 use crate::store::records::PayloadRecord;
-use crate::store::{Store, StoreError, UploadMeta, names};
+use crate::store::{Store, StoreError, UploadMeta, base_name};
 use decide::{Disposition, Item};
 use estimate::{Estimate, Estimator};
 use notice::{NoticeFacts, Why};
@@ -312,10 +312,8 @@ pub fn offload_turn(
                 settings.preview_chars,
             )
         });
-        let draft_path = format!(
-            "/payloads/{}",
-            names::base_name("", &r.tool_name, &r.tool_call_id, "json")
-        );
+        let draft_path =
+            crate::guest::guest_path(&base_name("", &r.tool_name, &r.tool_call_id, "json"));
         let text = notice::render(
             &draft_facts(r, estimates[i], &draft_path),
             why(Disposition::PerCall, settings, &r.tool_name),

@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use super::preview::{count_of, group};
+use crate::text::{count_of, group};
 
 /// Why a result was offloaded, with the threshold that decided it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,6 +8,7 @@ use std::str::FromStr;
 
 use crate::inspect::detect::{self, Kind};
 use crate::inspect::jsonscan::{self, Top};
+use crate::text::{count_of, group};
 
 /// Bytes of a JSON payload scanned for its record count and keys.
 const JSON_SCAN_BYTES: usize = 1 << 20;
@@ -171,28 +172,6 @@ pub fn marker(omitted: u64, path: &str, payload_id: &str) -> String {
         "[... {} chars omitted — full payload: {path} ({payload_id})]",
         group(omitted)
     )
-}
-
-/// `1 line`, `2 lines`, with grouped digits.
-pub fn count_of(n: u64, noun: &str) -> String {
-    if n == 1 {
-        format!("1 {noun}")
-    } else {
-        format!("{} {noun}s", group(n))
-    }
-}
-
-/// `48210` → `48 210`.
-pub fn group(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(' ');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// Builds the preview of `content` in `style`, within `chars` total (the
@@ -453,13 +432,5 @@ mod tests {
         assert!(s.contains("CSV with 2 data rows; header: id,name"), "{s}");
         let p = build(&[0u8, 159, 146, 150], "", Style::Structured, None);
         assert!(p.render("/p", "pl").contains("binary data, 4 bytes"));
-    }
-
-    #[test]
-    fn groups_digits_with_spaces() {
-        assert_eq!(group(0), "0");
-        assert_eq!(group(999), "999");
-        assert_eq!(group(48_210), "48 210");
-        assert_eq!(group(1_234_567), "1 234 567");
     }
 }

@@ -27,6 +27,21 @@ pub enum Status {
     InvalidScript,
 }
 
+impl Status {
+    /// The status as audit details spell it: `ok`, `exit_nonzero`, …
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::ExitNonzero => "exit_nonzero",
+            Status::Timeout => "timeout",
+            Status::MemoryLimit => "memory_limit",
+            Status::OutputLimit => "output_limit",
+            Status::Trap => "trap",
+            Status::InvalidScript => "invalid_script",
+        }
+    }
+}
+
 /// The status, the exit code and the message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verdict {

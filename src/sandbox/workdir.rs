@@ -131,13 +131,14 @@ impl WorkRoot {
 /// should use. A name already taken (a shared parent's payload of the same
 /// name) leaves the input reachable by ID only.
 fn link_input(input: &ExecInput, payloads: &Dir) -> io::Result<String> {
+    use crate::guest::guest_path;
     input.dir.hard_link(&input.file_name, payloads, &input.id)?;
     if input.name == input.id {
-        return Ok(format!("/payloads/{}", input.id));
+        return Ok(guest_path(&input.id));
     }
     match input.dir.hard_link(&input.file_name, payloads, &input.name) {
-        Ok(()) => Ok(format!("/payloads/{}", input.name)),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(format!("/payloads/{}", input.id)),
+        Ok(()) => Ok(guest_path(&input.name)),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(guest_path(&input.id)),
         Err(e) => Err(e),
     }
 }
@@ -200,7 +201,7 @@ impl Mount {
     /// Where the guest sees it.
     pub fn guest_path(self) -> &'static str {
         match self {
-            Mount::Payloads => "/payloads",
+            Mount::Payloads => crate::guest::MOUNT,
             Mount::Spillway => "/spillway",
             Mount::Tmp => "/tmp",
             Mount::Out => "/out",

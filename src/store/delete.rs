@@ -29,37 +29,7 @@ use super::records::{
     self, DeletionIntent, PayloadRecord, ReceiptRecord, RemovedItem, SessionRecord, keys, removed,
 };
 use super::{Result, Store, StoreError, blobs, check_hold, payload_id_from_listing_key};
-use crate::audit::{NewEvent, action};
 use crate::ids::{PayloadId, ReceiptId, SessionId};
-
-/// The audit event of a deletion the server carries out on its own (the
-/// reaper, or one finished after a crash), under `principal`.
-pub fn deletion_event(r: &ReceiptRecord, principal: &str) -> NewEvent {
-    let event = NewEvent::new(if r.target_id.starts_with(SessionId::PREFIX) {
-        action::SESSION_DELETE
-    } else {
-        action::PAYLOAD_DELETE
-    })
-    .by(principal, &r.tenant);
-    let event = if r.target_id.starts_with(SessionId::PREFIX) {
-        event.session(&r.target_id)
-    } else {
-        event.payload(&r.target_id)
-    };
-    event.detail(summary(r))
-}
-
-/// A receipt in one line, for audit details: IDs and counts only.
-pub fn summary(r: &ReceiptRecord) -> String {
-    format!(
-        "receipt={} reason={:?} payloads={} bytes={} items={}",
-        r.id,
-        r.reason,
-        r.deleted_payload_ids.len(),
-        r.bytes_deleted,
-        r.removed.len()
-    )
-}
 
 /// What to delete.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,34 +107,35 @@ impl Store {
 
     /// Finishes deletions a crash interrupted. Runs at startup, before
     /// reconciliation (which would otherwise mark their payloads missing).
-    pub(super) fn finish_interrupted(&self) -> Result<usize> {
-        let mut finished = 0;
+    /// Each one's receipt goes to `finished` after its files are removed and
+    /// before its intent is: the caller audits it durably in between.
+    pub(super) fn finish_interrupted(
+        &self,
+        finished: &mut dyn FnMut(&ReceiptRecord) -> Result<()>,
+    ) -> Result<usize> {
+        let mut count = 0;
         loop {
             let batch = self
                 .engine
                 .scan_prefix(Tree::DeletionIntents, b"", None, 64)?;
             if batch.is_empty() {
-                return Ok(finished);
+                return Ok(count);
             }
             for (_, raw) in batch {
                 let intent: DeletionIntent = records::decode(&raw)?;
                 tracing::warn!(receipt_id = %intent.receipt_id, payloads = intent.payloads.len(), "finishing a deletion interrupted by a crash");
                 self.remove_files(&intent)?;
-                self.commit_removal(&intent)?;
-                // The interrupted call may not have audited it: say here
-                // that it finished (a duplicate is better than a gap).
+                // The interrupted call may not have audited it: the caller
+                // says here that it finished (a duplicate is better than a
+                // gap), before the intent goes.
                 match self.receipt(&intent.receipt_id) {
-                    Ok(receipt) => {
-                        self.audit
-                            .append(deletion_event(&receipt, &receipt.requested_by).detail(
-                                format!("finished after a crash: {}", summary(&receipt)),
-                            ))?;
-                    }
+                    Ok(receipt) => finished(&receipt)?,
                     Err(e) => {
                         tracing::error!(receipt_id = %intent.receipt_id, error = %e, "an interrupted deletion's receipt is unreadable; finished it without an audit event");
                     }
                 }
-                finished += 1;
+                self.commit_removal(&intent)?;
+                count += 1;
             }
         }
     }
@@ -295,11 +266,7 @@ impl Store {
                 bytes: size,
                 because: String::new(),
             });
-            if self
-                .structure_cache()
-                .keys()
-                .any(|(s, k)| *s == sid && k.starts_with(&sha))
-            {
+            if self.content_cache.holds(&sha) {
                 plan.items.push(RemovedItem {
                     kind: removed::INSPECT_CACHE.into(),
                     id: sha.clone(),
@@ -362,7 +329,7 @@ impl Store {
         };
         receipt.signature = self
             .receipt_key
-            .sign(&super::signing::Signed::from(&receipt));
+            .sign(&crate::receipt::Signed::from(&receipt));
         let intent = DeletionIntent {
             receipt_id: receipt.id.clone(),
             payloads: plan.payloads,
@@ -397,7 +364,7 @@ impl Store {
         self.remove_files(&intent)?;
         crate::faults::hit("deletion.after_files");
         self.commit_removal(&intent)?;
-        self.drop_cached(&intent);
+        self.drop_cached(&receipt);
         Ok(receipt)
     }
 
@@ -457,20 +424,12 @@ impl Store {
         Ok(())
     }
 
-    fn drop_cached(&self, intent: &DeletionIntent) {
-        let mut cache = self.structure_cache();
-        for p in &intent.payloads {
-            if self
-                .stored_copy(&p.session_id, &p.sha256)
-                .ok()
-                .flatten()
-                .is_none()
-            {
-                cache.retain(|(s, k), _| !(*s == p.session_id && k.starts_with(&p.sha256)));
+    /// Forgets what the content cache holds of the bytes the deletion freed.
+    fn drop_cached(&self, receipt: &ReceiptRecord) {
+        for item in &receipt.removed {
+            if item.kind == removed::CONTENT_BLOB {
+                self.content_cache.forget(&item.content_sha256);
             }
-        }
-        for s in &intent.sessions {
-            cache.retain(|(sid, _), _| *sid != s.id);
         }
     }
 

@@ -2,7 +2,7 @@
 //! concurrency, propagation of deletions, the reaper's expiry index, holds,
 //! `delete_on_close`, and deletions interrupted after their intent.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::delete::{Request, Target};
@@ -10,7 +10,6 @@ use super::engine::Tree;
 use super::records::{self, DeletionIntent, LegalHold, removed};
 use super::*;
 use crate::clock::ManualClock;
-use crate::config::EngineKind;
 
 const HOUR: Duration = Duration::from_secs(3600);
 
@@ -22,9 +21,30 @@ fn open(dir: &Path, engine: EngineKind, clock: &ManualClock) -> Store {
         session_ttl: 48 * HOUR,
         cache_bytes: engine::DEFAULT_CACHE_BYTES,
     };
-    Store::open(dir, settings, Arc::new(clock.clone()))
-        .unwrap()
-        .0
+    open_with(dir, settings, clock, Arc::new(NoContentCache), &mut |_| {
+        Ok(())
+    })
+    .0
+}
+
+/// Opens over a fresh engine, handing finished deletions to `finished`.
+fn open_with(
+    dir: &Path,
+    settings: StoreSettings,
+    clock: &ManualClock,
+    cache: Arc<dyn ContentCache>,
+    finished: &mut dyn FnMut(&ReceiptRecord) -> Result<()>,
+) -> (Store, ReconcileReport) {
+    let engine = open_engine(dir, &settings).unwrap();
+    Store::open(
+        engine,
+        dir,
+        settings,
+        Arc::new(clock.clone()),
+        cache,
+        finished,
+    )
+    .unwrap()
 }
 
 fn each_engine(test: impl Fn(EngineKind)) {
@@ -163,7 +183,7 @@ fn deleting_a_payload_takes_what_derives_from_it_and_the_receipt_lists_everythin
         let blobs = kinds(&r, removed::CONTENT_BLOB);
         assert_eq!(blobs.len(), 3);
         assert!(!blobs.contains(&parent.sha256));
-        assert!(store.verify_receipt(&signing::Signed::from(&r), &r.signature));
+        assert!(store.verify_receipt(&crate::receipt::Signed::from(&r), &r.signature));
 
         for gone in [&parent, &output, &grandchild, &archive] {
             assert!(matches!(
@@ -354,6 +374,29 @@ fn a_deletion_interrupted_after_its_intent_is_finished_at_the_next_open() {
                     &records::encode(&intent),
                 )
                 .unwrap();
+            let receipt = ReceiptRecord {
+                id: intent.receipt_id.clone(),
+                target_id: gone.id.to_string(),
+                reason: String::new(),
+                requested_by: "alice".into(),
+                tenant: "acme".into(),
+                owner: "alice".into(),
+                share_with: vec![],
+                deleted_ms: 0,
+                deleted_payload_ids: vec![gone.id.clone()],
+                bytes_deleted: gone.size,
+                content_sha256: vec![gone.sha256.clone()],
+                removed: vec![],
+                signature: String::new(),
+            };
+            store
+                .engine
+                .put(
+                    Tree::Receipts,
+                    receipt.id.as_str().as_bytes(),
+                    &records::encode(&receipt),
+                )
+                .unwrap();
             (s, gone, kept)
         };
         let settings = StoreSettings {
@@ -363,8 +406,23 @@ fn a_deletion_interrupted_after_its_intent_is_finished_at_the_next_open() {
             session_ttl: 48 * HOUR,
             cache_bytes: engine::DEFAULT_CACHE_BYTES,
         };
-        let (store, report) = Store::open(dir.path(), settings, Arc::new(clock)).unwrap();
+        let mut reported = Vec::new();
+        let (store, report) = open_with(
+            dir.path(),
+            settings,
+            &clock,
+            Arc::new(NoContentCache),
+            &mut |r| {
+                reported.push(r.target_id.clone());
+                Ok(())
+            },
+        );
         assert_eq!(report.deletions_finished, 1);
+        assert_eq!(
+            reported,
+            vec![gone.id.to_string()],
+            "the finished deletion is handed back to be audited"
+        );
         assert!(
             report.missing_payloads.is_empty(),
             "finished before reconciling"
@@ -373,5 +431,58 @@ fn a_deletion_interrupted_after_its_intent_is_finished_at_the_next_open() {
         assert_eq!(file_names(&store, &s.id), vec![kept.name.clone()]);
         let after = store.session(&s.id).unwrap();
         assert_eq!((after.usage_bytes, after.usage_payloads), (kept.size, 1));
+    });
+}
+
+/// A content cache that holds what it is told to and records what it is
+/// asked to forget.
+#[derive(Default)]
+struct Recording {
+    held: Mutex<Vec<String>>,
+    forgotten: Mutex<Vec<String>>,
+}
+
+impl ContentCache for Recording {
+    fn holds(&self, sha256: &str) -> bool {
+        self.held.lock().unwrap().iter().any(|h| h == sha256)
+    }
+
+    fn forget(&self, sha256: &str) {
+        self.held.lock().unwrap().retain(|h| h != sha256);
+        self.forgotten.lock().unwrap().push(sha256.to_owned());
+    }
+}
+
+#[test]
+fn freeing_bytes_forgets_their_cached_inspect_result_and_the_receipt_lists_it() {
+    each_engine(|engine| {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(0);
+        let settings = StoreSettings {
+            engine,
+            max_payload_bytes: 1 << 20,
+            retention: 24 * HOUR,
+            session_ttl: 48 * HOUR,
+            cache_bytes: engine::DEFAULT_CACHE_BYTES,
+        };
+        let cache = Arc::new(Recording::default());
+        let (store, _) = open_with(dir.path(), settings, &clock, cache.clone(), &mut |_| Ok(()));
+        let s = session(&store);
+        let a = put(&store, &s.id, b"{\"same\":1}", UploadMeta::default()).unwrap();
+        let b = put(&store, &s.id, b"{\"same\":1}", UploadMeta::default()).unwrap();
+        cache.held.lock().unwrap().push(a.sha256.clone());
+
+        // The bytes survive in `b`: nothing is freed, nothing forgotten.
+        let r = store.delete_payload(&a.id, "alice", "").unwrap();
+        assert!(kinds(&r, removed::CONTENT_BLOB).is_empty());
+        assert!(kinds(&r, removed::INSPECT_CACHE).is_empty());
+        assert!(cache.forgotten.lock().unwrap().is_empty());
+
+        // The last copy goes: its cached structure goes with it.
+        let r = store.delete_payload(&b.id, "alice", "").unwrap();
+        assert_eq!(kinds(&r, removed::CONTENT_BLOB), vec![b.sha256.clone()]);
+        assert_eq!(kinds(&r, removed::INSPECT_CACHE), vec![b.sha256.clone()]);
+        assert_eq!(*cache.forgotten.lock().unwrap(), vec![b.sha256.clone()]);
+        assert!(!cache.holds(&b.sha256));
     });
 }

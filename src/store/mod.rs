@@ -1,31 +1,42 @@
 //! Durable session storage: metadata in typed trees over one
-//! [`engine::Engine`], payload bytes in per-session directories reached
-//! through cap-std ([`blobs`]).
+//! [`engine::Engine`] (redb or sled), payload bytes in per-session
+//! directories reached through cap-std. The store only stores: it audits
+//! nothing (a deletion returns its receipt, and the caller audits it; the
+//! [`crate::audit`] log is a separate room over the same engine, see
+//! [`open_engine`]), caches no Inspect results (it tells a
+//! [`ContentCache`] which bytes a deletion freed), and holds no policy
+//! logic beyond the quotas it is handed.
+//!
+//! The door: [`Store`] and its inputs and outputs ([`StoreSettings`],
+//! [`NewSession`], [`UploadMeta`], [`Quota`], [`ReadSpec`], [`Page`]), the
+//! stored records ([`records`]), the engine interface ([`engine`]) and the
+//! two engines, [`StoreError`]. Everything else is private to the room.
 //!
 //! The write path: bytes stream into a temporary file (scanned on the way
 //! for hash, lines and the line index), the file is fsynced and renamed into
 //! place, the directory is fsynced, the metadata commits durably, and only
 //! then is the write acknowledged. A crash anywhere before the commit leaves
-//! at most a temporary or orphaned file, which [`reconcile`] removes at the
-//! next start.
+//! at most a temporary or orphaned file, which reconciliation removes at
+//! the next start ([`ReconcileReport`]).
 //!
 //! Every method blocks; the API layer calls them from `spawn_blocking`.
 
-pub mod blobs;
-pub mod content;
-pub mod delete;
+mod blobs;
+mod config;
+mod content;
+mod delete;
 pub mod engine;
-pub mod expiry;
-pub mod lines;
-pub mod names;
-pub mod read;
-pub mod reconcile;
+mod expiry;
+mod lines;
+mod names;
+mod read;
+mod reconcile;
 pub mod records;
-pub mod redb_engine;
-pub mod signing;
-pub mod sled_engine;
+mod redb_engine;
+mod signing;
+mod sled_engine;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::io;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -33,22 +44,28 @@ use std::time::Duration;
 
 use cap_std::fs::File;
 
-use crate::audit::AuditLog;
 use crate::clock::{self, Clock, Millis};
-use crate::config::EngineKind;
 use crate::ids::{PayloadId, ReceiptId, SessionId};
-use crate::inspect::structure::{self, Structure};
+use crate::policy::PolicyOverrides;
+use crate::receipt::{ReceiptKey, Signed};
 use blobs::{BlobStore, TempFile};
 use content::ContentScanner;
 use engine::{Batch, Engine, EngineError, Tree};
-use lines::LineIndex;
-use read::{Extent, ReadError, ReadOut, ReadSpec};
-use records::{
-    LegalHold, PayloadRecord, PolicyOverrides, ReceiptRecord, RecordError, SessionRecord,
-    SessionState, TenantPolicyRecord, keys,
-};
+use read::{Extent, ReadError};
+use records::{RecordError, keys};
 
+pub use config::{EngineKind, StoreConfig};
+pub use expiry::{REAPER, ReapStep};
+pub use lines::{LineIndex, LineIndexBuilder, STRIDE as LINE_INDEX_STRIDE};
+pub use names::base_name;
+pub use read::{ReadOut, ReadSpec};
 pub use reconcile::ReconcileReport;
+pub use records::{
+    LegalHold, PayloadRecord, ReceiptRecord, RemovedItem, SessionRecord, SessionState,
+    TenantPolicyRecord,
+};
+pub use redb_engine::RedbEngine;
+pub use sled_engine::SledEngine;
 
 /// Errors of the storage layer. `crate::error` maps each to a gRPC status.
 #[derive(Debug, thiserror::Error)]
@@ -258,19 +275,38 @@ pub struct Store {
     /// Serializes metadata read-modify-write per session (striped).
     stripes: Vec<Mutex<()>>,
     /// Signs deletion receipts.
-    receipt_key: signing::ReceiptKey,
+    receipt_key: ReceiptKey,
     /// Serializes tenant-policy updates.
     policy_lock: Mutex<()>,
     /// Serializes deletions, which lock several sessions at once.
     delete_lock: Mutex<()>,
-    /// Inspect results by (session, content hash and type); dropped with the content.
-    structures: Mutex<HashMap<(SessionId, String), Arc<Structure>>>,
-    /// The audit log, in the same engine.
-    audit: AuditLog,
+    /// Results derived from stored bytes and cached outside the store
+    /// (the Inspect cache); a deletion that frees bytes forgets theirs.
+    content_cache: Arc<dyn ContentCache>,
 }
 
-/// Cached Inspect results kept at most.
-const STRUCTURE_CACHE: usize = 1024;
+/// What is derived from stored bytes and cached by their SHA-256 outside
+/// the store (the Inspect cache). A deletion that frees the last copy of
+/// some bytes in a session lists the cached entry in its receipt, when
+/// there is one, and forgets it.
+pub trait ContentCache: Send + Sync {
+    /// Whether anything is cached for these bytes.
+    fn holds(&self, sha256: &str) -> bool;
+    /// Drops what is cached for these bytes.
+    fn forget(&self, sha256: &str);
+}
+
+/// A [`ContentCache`] that caches nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoContentCache;
+
+impl ContentCache for NoContentCache {
+    fn holds(&self, _sha256: &str) -> bool {
+        false
+    }
+
+    fn forget(&self, _sha256: &str) {}
+}
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -280,52 +316,63 @@ impl std::fmt::Debug for Store {
     }
 }
 
+/// Opens (creating if needed) the metadata engine of `data_dir` and checks
+/// its schema: the handle [`Store::open`] and the audit log share.
+pub fn open_engine(data_dir: &Path, settings: &StoreSettings) -> Result<Arc<dyn Engine>> {
+    std::fs::create_dir_all(data_dir)?;
+    let engine: Arc<dyn Engine> = match settings.engine {
+        EngineKind::Redb => Arc::new(redb_engine::RedbEngine::open_with_cache(
+            &data_dir.join("meta.redb"),
+            settings.cache_bytes,
+        )?),
+        EngineKind::Sled => Arc::new(sled_engine::SledEngine::open_with_cache(
+            &data_dir.join("meta.sled"),
+            settings.cache_bytes,
+        )?),
+    };
+    check_schema(engine.as_ref())?;
+    Ok(engine)
+}
+
 impl Store {
-    /// Opens the store in `data_dir`, creating it if needed, and reconciles
-    /// disk with metadata.
+    /// Opens the store in `data_dir` over `engine` (from [`open_engine`]),
+    /// finishes the deletions a crash interrupted and reconciles disk with
+    /// metadata. Deletions forget what `content_cache` holds of the bytes
+    /// they free.
+    ///
+    /// `finished` is called with the receipt of each interrupted deletion
+    /// once its files are gone and before its intent is removed, so the
+    /// caller can audit it durably: a crash in between finishes (and
+    /// reports) it again at the next start, never silently. An error from
+    /// `finished` stops the opening.
     pub fn open(
+        engine: Arc<dyn Engine>,
         data_dir: &Path,
         settings: StoreSettings,
         clock: Arc<dyn Clock>,
+        content_cache: Arc<dyn ContentCache>,
+        finished: &mut dyn FnMut(&ReceiptRecord) -> Result<()>,
     ) -> Result<(Self, ReconcileReport)> {
-        std::fs::create_dir_all(data_dir)?;
-        let engine: Arc<dyn Engine> = match settings.engine {
-            EngineKind::Redb => Arc::new(redb_engine::RedbEngine::open_with_cache(
-                &data_dir.join("meta.redb"),
-                settings.cache_bytes,
-            )?),
-            EngineKind::Sled => Arc::new(sled_engine::SledEngine::open_with_cache(
-                &data_dir.join("meta.sled"),
-                settings.cache_bytes,
-            )?),
-        };
-        check_schema(engine.as_ref())?;
         let store = Self {
-            audit: AuditLog::new(engine.clone(), clock.clone()),
             engine,
             blobs: BlobStore::open(data_dir)?,
             clock,
             settings,
             stripes: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
-            structures: Mutex::new(HashMap::new()),
-            receipt_key: signing::ReceiptKey::load_or_create(data_dir)?,
+            content_cache,
+            receipt_key: signing::load_or_create_key(data_dir)?,
             policy_lock: Mutex::new(()),
             delete_lock: Mutex::new(()),
         };
-        let finished = store.finish_interrupted()?;
+        let count = store.finish_interrupted(finished)?;
         let mut report = reconcile::reconcile(&store)?;
-        report.deletions_finished = finished as u64;
+        report.deletions_finished = count as u64;
         Ok((store, report))
     }
 
     /// The engine's name.
     pub fn engine_name(&self) -> &'static str {
         self.engine.name()
-    }
-
-    /// The audit log.
-    pub fn audit(&self) -> &AuditLog {
-        &self.audit
     }
 
     /// Current time.
@@ -729,36 +776,6 @@ impl Store {
         Ok(read::read_range(&mut file, extent, spec, max_bytes)?)
     }
 
-    /// Infers a payload's structure, or returns the cached result for the
-    /// same bytes in the same session.
-    pub fn inspect(&self, p: &PayloadRecord) -> Result<Arc<Structure>> {
-        // Detection takes the content type into account, so it is part of the key.
-        let key = (
-            p.session_id.clone(),
-            format!("{}\0{}", p.sha256, p.content_type),
-        );
-        if let Some(s) = self.structure_cache().get(&key) {
-            return Ok(s.clone());
-        }
-        let file = io::BufReader::with_capacity(256 * 1024, self.open_payload(p)?);
-        let inferred = Arc::new(structure::infer(
-            file,
-            p.size,
-            p.line_count,
-            &p.content_type,
-        )?);
-        let mut cache = self.structure_cache();
-        if cache.len() >= STRUCTURE_CACHE {
-            cache.clear();
-        }
-        cache.insert(key, inferred.clone());
-        Ok(inferred)
-    }
-
-    fn structure_cache(&self) -> MutexGuard<'_, HashMap<(SessionId, String), Arc<Structure>>> {
-        self.structures.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Deletes one payload and what derives from it.
     pub fn delete_payload(
         &self,
@@ -774,7 +791,7 @@ impl Store {
     }
 
     /// Whether a receipt's signature is this server's.
-    pub fn verify_receipt(&self, r: &signing::Signed<'_>, signature: &str) -> bool {
+    pub fn verify_receipt(&self, r: &Signed<'_>, signature: &str) -> bool {
         self.receipt_key.verify(r, signature)
     }
 
@@ -858,6 +875,14 @@ impl Store {
 
     /// Picks a name not yet used in the session. Called under the session lock.
     fn unique_name(&self, session: &SessionId, base: &str) -> Result<String> {
+        // A name of the ID shape would shadow that payload's `/payloads/<id>`.
+        let prefixed;
+        let base = if crate::guest::looks_like_id(base) {
+            prefixed = format!("_{base}");
+            &prefixed
+        } else {
+            base
+        };
         let taken = |n: &str| -> Result<bool> {
             Ok(self
                 .engine
@@ -921,15 +946,21 @@ impl PendingUpload<'_> {
                 hint: "nothing was stored; narrow the tool's output, or split it into several payloads",
             });
         }
-        // Early: an upload that cannot fit even alone stops streaming now.
-        check_quota(
-            "max_session_bytes",
-            self.meta.quota.max_session_bytes,
-            "bytes",
-            &self.record_at_start,
-            self.usage_at_start,
-            size,
-        )?;
+        // Early: an upload that cannot fit stops streaming now. Bytes the
+        // session already holds count once (they are linked, not stored
+        // again), and any stored copy is at most the session's usage; so
+        // only an upload larger than that usage is known not to be one.
+        // Smaller ones are decided by `finish`, once the hash is known.
+        if size > self.usage_at_start {
+            check_quota(
+                "max_session_bytes",
+                self.meta.quota.max_session_bytes,
+                "bytes",
+                &self.record_at_start,
+                self.usage_at_start,
+                size,
+            )?;
+        }
         self.temp.write_all(data)?;
         self.scanner.update(data);
         Ok(())

@@ -12,6 +12,8 @@ use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
 use crate::clock::Millis;
 use crate::ids::{PayloadId, ReceiptId, SessionId};
+use crate::policy::PolicyOverrides;
+pub use crate::receipt::RemovedItem;
 use crate::redact::RedactCounts;
 
 /// The value format this server writes.
@@ -56,39 +58,6 @@ pub enum SessionState {
     Open,
     /// Read-only.
     Closed,
-}
-
-/// One level of policy: a tenant's policy as set, or a session's overrides
-/// as asked for at creation. Absent values (and zero quotas or exec-ceiling
-/// fields) defer to the other levels; [`crate::policy`] merges the levels
-/// into the effective policy.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(default)]
-pub struct PolicyOverrides {
-    /// Maximum payload age.
-    pub retention_ms: Option<u64>,
-    /// Maximum session age.
-    pub session_ttl_ms: Option<u64>,
-    /// Byte quota of the session.
-    pub max_session_bytes: Option<u64>,
-    /// Largest payload.
-    pub max_payload_bytes: Option<u64>,
-    /// Payload count quota.
-    pub max_payloads: Option<u64>,
-    /// Delete the session's payloads when it is closed.
-    pub delete_on_close: Option<bool>,
-    /// Whether raw bytes may be downloaded.
-    pub allow_download: Option<bool>,
-    /// Whether scripts may run.
-    pub allow_exec: Option<bool>,
-    /// Whether compliance principals may read content.
-    pub compliance_can_read: Option<bool>,
-    /// Exec ceiling; a zero field sets no ceiling at this level.
-    pub exec_ceiling: Option<crate::sandbox::limits::ExecLimits>,
-    /// Redaction rules, added to the other levels' rules.
-    pub redact: Vec<String>,
-    /// A locked tenant policy can only be tightened (tenant level only).
-    pub locked: bool,
 }
 
 /// A tenant's policy, as SetPolicy stored it.
@@ -230,7 +199,7 @@ impl PayloadRecord {
 
     /// Where scripts see the payload.
     pub fn sandbox_path(&self) -> String {
-        format!("/payloads/{}", self.name)
+        crate::guest::guest_path(&self.name)
     }
 }
 
@@ -271,25 +240,6 @@ pub struct ReceiptRecord {
     /// Signature, once receipts are signed.
     #[serde(default)]
     pub signature: String,
-}
-
-/// One thing a deletion removed, as its receipt lists it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(default)]
-pub struct RemovedItem {
-    /// What it was: one of the `REMOVED_*` kinds.
-    pub kind: String,
-    /// Its ID: a session or payload ID, or for a content blob its SHA-256.
-    pub id: String,
-    /// The session it belonged to.
-    pub session_id: String,
-    /// SHA-256 of its content, for payloads and blobs.
-    pub content_sha256: String,
-    /// Bytes it freed (payloads count their size; a blob shared by
-    /// deduplication is freed with its last reference).
-    pub bytes: u64,
-    /// Why it went, when not asked for by name: "derived from pl_…".
-    pub because: String,
 }
 
 /// The kinds of [`RemovedItem`].

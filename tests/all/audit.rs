@@ -75,7 +75,7 @@ async fn export(server: &impl Connect, token: &str) -> String {
         .into_inner();
     let mut out = String::new();
     while let Some(e) = stream.message().await.unwrap() {
-        out.push_str(&spillway::api::audit::event_from_proto(e).to_export_line());
+        out.push_str(&spillway::cli::event_from_proto(e).to_export_line());
         out.push('\n');
     }
     out
@@ -106,7 +106,7 @@ fn assert_whole_chain(events: &[proto::AuditEvent]) {
     let chain: Vec<_> = events
         .iter()
         .cloned()
-        .map(spillway::api::audit::event_from_proto)
+        .map(spillway::cli::event_from_proto)
         .collect();
     let out = spillway::audit::verify(chain);
     assert!(out.ok, "{out:?}");
@@ -120,11 +120,11 @@ async fn open_engine(data_dir: &Path) -> Box<dyn Engine> {
     loop {
         let opened: Result<Box<dyn Engine>, _> = match engine() {
             spillway::config::EngineKind::Redb => {
-                spillway::store::redb_engine::RedbEngine::open(&data_dir.join("meta.redb"))
+                spillway::store::RedbEngine::open(&data_dir.join("meta.redb"))
                     .map(|e| Box::new(e) as Box<dyn Engine>)
             }
             spillway::config::EngineKind::Sled => {
-                spillway::store::sled_engine::SledEngine::open(&data_dir.join("meta.sled"))
+                spillway::store::SledEngine::open(&data_dir.join("meta.sled"))
                     .map(|e| Box::new(e) as Box<dyn Engine>)
             }
         };
@@ -344,7 +344,7 @@ async fn every_security_relevant_rpc_appends_exactly_its_events_in_one_gapless_c
         assert_eq!(e.session_id, s.id, "{}", e.action);
         assert!(e.time.ends_with('Z') && e.time.len() == 24, "{}", e.time);
         // Neither content, nor labels, patterns, arguments or reasons.
-        let line = spillway::api::audit::event_from_proto(e.clone()).to_export_line();
+        let line = spillway::cli::event_from_proto(e.clone()).to_export_line();
         assert!(!line.contains("SECRET"), "{line}");
     }
     assert_eq!(events[0].detail, "share_with=bob");
@@ -429,6 +429,7 @@ async fn history_compaction_and_recall_are_audited_with_the_archive() {
             messages: history(6),
             current_turn: 6,
             settings: None,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -614,7 +615,7 @@ async fn another_tenant_sees_none_of_acmes_events_and_its_probes_name_nothing_of
             (e.tenant.as_str(), e.principal.as_str()),
             ("other", "mallory")
         );
-        let line = spillway::api::audit::event_from_proto(e.clone()).to_export_line();
+        let line = spillway::cli::event_from_proto(e.clone()).to_export_line();
         assert!(
             !line.contains(&s.id) && !line.contains(&p.id) && !line.contains("alice"),
             "{line}"
@@ -1059,4 +1060,69 @@ async fn reordered_events_in_the_store_or_an_export_and_edited_or_deleted_export
     let server = TestServer::start_in(dir, config).await;
     let v = verify(&server, AUDREY).await;
     assert_eq!((v.ok, v.first_bad_seq), (false, 3));
+}
+
+#[tokio::test]
+async fn queries_filter_by_outcome_and_a_refused_policy_loosening_is_on_the_record() {
+    let server = TestServer::start().await;
+    let mut policies = spillway::proto::policies_client::PoliciesClient::with_interceptor(
+        server.channel().await,
+        Bearer(Some(CAROL.into())),
+    );
+    let locked = proto::Policy {
+        retention: Some(pbjson_types::Duration {
+            seconds: 3 * 86_400,
+            nanos: 0,
+        }),
+        locked: true,
+        ..Default::default()
+    };
+    let set = |policy: proto::Policy| proto::SetPolicyRequest {
+        tenant: "acme".into(),
+        policy: Some(policy),
+    };
+    policies.set_policy(set(locked.clone())).await.unwrap();
+    let looser = proto::Policy {
+        retention: Some(pbjson_types::Duration {
+            seconds: 30 * 86_400,
+            nanos: 0,
+        }),
+        ..locked
+    };
+    let err = policies.set_policy(set(looser)).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+
+    let errors = query(
+        &server,
+        AUDREY,
+        proto::AuditQuery {
+            outcome: "error".into(),
+            ..by_action("policy.set")
+        },
+    )
+    .await;
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].principal, "carol");
+    assert!(errors[0].detail.contains("policy.retention"), "{errors:?}");
+    let oks = query(
+        &server,
+        AUDREY,
+        proto::AuditQuery {
+            outcome: "ok".into(),
+            ..by_action("policy.set")
+        },
+    )
+    .await;
+    assert_eq!(oks.len(), 1, "{oks:?}");
+
+    let err = audit(&server, AUDREY)
+        .await
+        .query_audit(proto::AuditQuery {
+            outcome: "fine".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("ok, denied, error"), "{}", err.message());
 }

@@ -506,6 +506,7 @@ async fn deleting_a_payload_removes_its_derived_outputs_and_archived_history_and
                     min_chars: Some(1),
                     ..Default::default()
                 }),
+                ..Default::default()
             })
             .await
             .unwrap()

@@ -9,6 +9,7 @@ mod context;
 mod crash;
 mod inspect;
 mod lifecycle;
+mod limits;
 mod offload;
 mod payloads;
 mod policies;

@@ -419,6 +419,7 @@ async fn no_secret_reaches_storage_replies_logs_or_audit_and_counts_are_recorded
                     )],
                 ),
             ],
+            ..Default::default()
         })
         .await?
         .into_inner();

@@ -166,7 +166,7 @@ impl Matrix {
                 }
             }
         };
-        let want_code = match spillway::api::access_result(want.clone(), "target", "") {
+        let want_code = match spillway::service::access_result(want.clone(), "target", "") {
             Ok(()) => Code::Ok,
             Err(e) => Status::from(e).code(),
         };
@@ -653,7 +653,8 @@ async fn a_token_configured_by_sha256_authenticates_and_bad_tokens_are_unauthent
 }
 
 #[tokio::test]
-async fn a_sub_agent_session_inherits_the_parent_policy_and_reads_its_payloads_never_the_reverse() {
+async fn a_sub_agent_session_inherits_the_parent_policy_and_reads_its_payloads_only_as_the_parent_allows_never_the_reverse()
+ {
     let server = TestServer::start().await;
     let mut bob_sessions = server.sessions(BOB).await;
     let mut bob_payloads = server.payloads(BOB).await;
@@ -692,7 +693,6 @@ async fn a_sub_agent_session_inherits_the_parent_policy_and_reads_its_payloads_n
         .await
         .unwrap();
 
-    // Alice, through the sub-agent session, reads the parent's payload.
     let exec = |session: &str, input: &str| proto::ExecRequest {
         session_id: session.into(),
         runtime: "jq".into(),
@@ -706,23 +706,24 @@ async fn a_sub_agent_session_inherits_the_parent_policy_and_reads_its_payloads_n
         pattern: "needle".into(),
         ..Default::default()
     };
-    let ran = server
+    // One rule through every RPC: a payload is readable by those who may
+    // read the session that holds it. The child is shared with alice, its
+    // parent is not: so the parent's payload is not found for her through
+    // Exec and Search in the child, just as through Stat and Read.
+    let hidden = server
         .codemode(ALICE)
         .await
         .exec(exec(&child.id, &in_parent.id))
         .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(ran.stdout.trim(), "\"needle\"", "{ran:?}");
-    let found = server
+        .unwrap_err();
+    assert_eq!(hidden.code(), Code::NotFound, "{hidden:?}");
+    let hidden = server
         .payloads(ALICE)
         .await
         .search(search(&child.id, &in_parent.id))
         .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(found.matches.len(), 1);
-    // Only through it: the parent itself is not alice's to see.
+        .unwrap_err();
+    assert_eq!(hidden.code(), Code::NotFound, "{hidden:?}");
     let mut alice_payloads = server.payloads(ALICE).await;
     let direct = alice_payloads
         .stat(proto::PayloadRequest {
@@ -731,6 +732,26 @@ async fn a_sub_agent_session_inherits_the_parent_policy_and_reads_its_payloads_n
         .await
         .unwrap_err();
     assert_eq!(direct.code(), Code::NotFound);
+    assert_eq!(
+        direct.message().replace(&in_parent.id, "ID"),
+        hidden.message().replace(&in_parent.id, "ID"),
+        "the same words as any unknown payload"
+    );
+    // Bob may read both sessions, so through the child he reads the parent's.
+    let ran = server
+        .codemode(BOB)
+        .await
+        .exec(exec(&child.id, &in_parent.id))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(ran.stdout.trim(), "\"needle\"", "{ran:?}");
+    let found = bob_payloads
+        .search(search(&child.id, &in_parent.id))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(found.matches.len(), 1);
 
     // Never the reverse, not even for the owner of both.
     let up = server

@@ -245,36 +245,41 @@ async fn oversize_unary_message_is_resource_exhausted_naming_the_limit() {
     );
 }
 
-#[tokio::test]
-async fn health_reports_serving_and_reflection_lists_the_services() {
-    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
-    let server = TestServer::start().await;
-    let mut health = HealthClient::new(server.channel().await);
-    let resp = health
-        .check(HealthCheckRequest {
-            service: "spillway.v1.Payloads".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(
-        resp.status,
-        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
-    );
-
+/// The names of the services reflection lists, through v1 or v1alpha.
+async fn reflected_services(server: &TestServer, alpha: bool) -> Vec<String> {
+    let channel = server.channel().await;
+    let bearer = Bearer(Some(ALICE.into()));
+    if alpha {
+        use tonic_reflection::pb::v1alpha::{
+            ServerReflectionRequest, server_reflection_client::ServerReflectionClient,
+            server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
+        };
+        let mut client = ServerReflectionClient::with_interceptor(channel, bearer);
+        let req = ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(MessageRequest::ListServices(String::new())),
+        };
+        let mut stream = client
+            .server_reflection_info(tokio_stream::iter([req]))
+            .await
+            .unwrap()
+            .into_inner();
+        let msg = stream.message().await.unwrap().unwrap();
+        let Some(MessageResponse::ListServicesResponse(list)) = msg.message_response else {
+            panic!("unexpected reply")
+        };
+        return list.service.into_iter().map(|s| s.name).collect();
+    }
     use tonic_reflection::pb::v1::{
         ServerReflectionRequest, server_reflection_client::ServerReflectionClient,
         server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
     };
-    let mut reflection = ServerReflectionClient::with_interceptor(
-        server.channel().await,
-        Bearer(Some(ALICE.into())),
-    );
+    let mut client = ServerReflectionClient::with_interceptor(channel, bearer);
     let req = ServerReflectionRequest {
         host: String::new(),
         message_request: Some(MessageRequest::ListServices(String::new())),
     };
-    let mut stream = reflection
+    let mut stream = client
         .server_reflection_info(tokio_stream::iter([req]))
         .await
         .unwrap()
@@ -283,12 +288,43 @@ async fn health_reports_serving_and_reflection_lists_the_services() {
     let Some(MessageResponse::ListServicesResponse(list)) = msg.message_response else {
         panic!("unexpected reply")
     };
-    let names: Vec<_> = list.service.into_iter().map(|s| s.name).collect();
-    assert!(
-        names.contains(&"spillway.v1.Sessions".to_string())
-            && names.contains(&"spillway.v1.Payloads".to_string()),
-        "{names:?}"
-    );
+    list.service.into_iter().map(|s| s.name).collect()
+}
+
+#[tokio::test]
+async fn every_service_of_the_proto_is_reflected_and_reports_serving_on_health() {
+    use tonic_health::pb::{
+        HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
+    };
+    let server = TestServer::start().await;
+    let v1 = reflected_services(&server, false).await;
+    let alpha = reflected_services(&server, true).await;
+    let ours = |names: &[String]| -> Vec<String> {
+        let mut v: Vec<String> = names
+            .iter()
+            .filter(|n| n.starts_with("spillway.v1."))
+            .cloned()
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(ours(&v1), ours(&alpha), "v1 and v1alpha list the same");
+    assert!(alpha.contains(&"grpc.reflection.v1alpha.ServerReflection".to_owned()));
+    // The proto's own list: reflection reads the descriptor set, so a
+    // service missing from the server's table still shows here.
+    let ours = ours(&v1);
+    assert_eq!(ours.len(), 6, "{v1:?}");
+    let mut health = HealthClient::new(server.channel().await);
+    for name in ours.iter().map(|n| n.as_str()).chain([""]) {
+        let resp = health
+            .check(HealthCheckRequest {
+                service: name.into(),
+            })
+            .await
+            .unwrap_or_else(|e| panic!("health of {name:?}: {e}"))
+            .into_inner();
+        assert_eq!(resp.status, ServingStatus::Serving as i32, "{name}");
+    }
 }
 
 #[tokio::test]
@@ -338,4 +374,124 @@ async fn oversized_labels_and_share_lists_are_refused_by_name() {
         .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
     assert!(err.message().contains("share_with"), "{}", err.message());
+}
+
+#[tokio::test]
+async fn list_sessions_filters_by_owner_labels_label_text_hold_and_expiry() {
+    let server = TestServer::start().await;
+    let create = |token: &'static str, label: &str, team: &str| {
+        let req = proto::CreateSessionRequest {
+            label: label.into(),
+            labels: [("team".to_string(), team.to_string())].into(),
+            share_with: vec!["carol".into()],
+            ..Default::default()
+        };
+        let server = &server;
+        async move {
+            server
+                .sessions(token)
+                .await
+                .create_session(req)
+                .await
+                .unwrap()
+                .into_inner()
+                .id
+        }
+    };
+    let red = create(ALICE, "Triage of INCIDENT 7", "red").await;
+    let blue = create(ALICE, "weekly report", "blue").await;
+    let bobs = create(BOB, "bob's incident notes", "red").await;
+    let mut policies = spillway::proto::policies_client::PoliciesClient::with_interceptor(
+        server.channel().await,
+        Bearer(Some("tok-carol".into())),
+    );
+    policies
+        .set_legal_hold(proto::SetLegalHoldRequest {
+            session_id: blue.clone(),
+            hold: true,
+            reason: "litigation".into(),
+        })
+        .await
+        .unwrap();
+
+    // Carol (compliance) sees all three; each filter narrows the list.
+    let mut carol = server.sessions("tok-carol").await;
+    let mut ids = async |r: proto::ListSessionsRequest| {
+        let mut ids: Vec<String> = carol
+            .list_sessions(r)
+            .await
+            .unwrap()
+            .into_inner()
+            .sessions
+            .into_iter()
+            .map(|s| s.id)
+            .collect();
+        ids.sort();
+        ids
+    };
+    let sorted = |mut v: Vec<&String>| {
+        v.sort();
+        v.into_iter().cloned().collect::<Vec<_>>()
+    };
+    let all = ids(proto::ListSessionsRequest::default()).await;
+    assert_eq!(all, sorted(vec![&red, &blue, &bobs]));
+    let by_owner = ids(proto::ListSessionsRequest {
+        owner: "alice".into(),
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(by_owner, sorted(vec![&red, &blue]));
+    let by_label = ids(proto::ListSessionsRequest {
+        labels: [("team".to_string(), "red".to_string())].into(),
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(by_label, sorted(vec![&red, &bobs]));
+    let by_text = ids(proto::ListSessionsRequest {
+        label_contains: "incident".into(),
+        owner: "alice".into(),
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(by_text, vec![red.clone()], "case-insensitive, and every filter applies");
+    let held = ids(proto::ListSessionsRequest {
+        legal_hold: Some(true),
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(held, vec![blue.clone()]);
+    let not_held = ids(proto::ListSessionsRequest {
+        legal_hold: Some(false),
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(not_held, sorted(vec![&red, &bobs]));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let at = |seconds| Some(pbjson_types::Timestamp { seconds, nanos: 0 });
+    // Sessions live 7 days by default.
+    let within_a_day = ids(proto::ListSessionsRequest {
+        expires_before: at(now + 86_400),
+        ..Default::default()
+    })
+    .await;
+    assert!(within_a_day.is_empty(), "{within_a_day:?}");
+    let within_30_days = ids(proto::ListSessionsRequest {
+        expires_before: at(now + 30 * 86_400),
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(within_30_days, all);
+
+    let err = carol
+        .list_sessions(proto::ListSessionsRequest {
+            owner: "x".repeat(300),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("owner"), "{}", err.message());
 }

@@ -63,6 +63,14 @@ test('the compliance flow: policy, hold, refused and granted deletion, receipt, 
   await assert.doesNotReject(page.getByText('Saved.').waitFor());
   assert.equal(await effective(page, 'retention'), '3days');
 
+  // A session's effective policy names the level of each value.
+  await page.goto(`${server.base}/sessions/${seed.xss}`);
+  await page.getByRole('link', { name: /where it comes from/ }).click();
+  await page.waitForURL(/\/policy\?session=ses_/);
+  const sourceOf = async (field) => (await page.locator(`td[data-source="${field}"]`).innerText()).trim();
+  assert.equal(await sourceOf('retention'), 'tenant');
+  assert.equal(await sourceOf('session_ttl'), 'server');
+
   // Loosening is refused, with the server's message next to the field.
   // Locked now: the label says so, and the field is still reachable by it.
   await page.getByLabel(/^Retention locked: tighten only$/).fill('10d');
@@ -306,7 +314,7 @@ test('every page passes axe-core with no serious or critical violations', async 
   await shot(signin, 'signin');
   const page = await signIn(ctx, server.base, 'tok-carol');
   const pages = ['/overview', '/policy', '/sessions', '/sessions?hold=no&state=open', `/sessions/${seed.xss}`,
-    `/sessions/${seed.xss}/delete`, `/payloads/${seed.p2}`, '/audit', '/receipts', `/sessions/${seed.other}`];
+    `/sessions/${seed.xss}/delete`, `/payloads/${seed.p2}`, `/policy?session=${seed.xss}`, '/audit', '/receipts', `/sessions/${seed.other}`];
   for (const url of pages) {
     await page.goto(`${server.base}${url}`);
     found[url] = await axe(page);
