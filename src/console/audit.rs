@@ -346,7 +346,11 @@ fn receipt_json(r: &ReceiptRecord) -> String {
             seconds: at / 1000,
             nanos: i32::try_from(at % 1000).unwrap_or(0) * 1_000_000,
         }),
-        deleted_payload_ids: r.deleted_payload_ids.iter().map(ToString::to_string).collect(),
+        deleted_payload_ids: r
+            .deleted_payload_ids
+            .iter()
+            .map(ToString::to_string)
+            .collect(),
         bytes_deleted: r.bytes_deleted,
         content_sha256: r.content_sha256.clone(),
         signature: r.signature.clone(),
@@ -382,7 +386,9 @@ fn receipt_from_json(text: &str) -> Result<ReceiptRecord, String> {
         .iter()
         .map(|p| crate::ids::PayloadId::parse(p))
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("The receipt lists a deleted payload that is not a payload ID: {e}"))?;
+        .map_err(|e| {
+            format!("The receipt lists a deleted payload that is not a payload ID: {e}")
+        })?;
     let at = m.deleted_at.unwrap_or_default();
     Ok(ReceiptRecord {
         id,

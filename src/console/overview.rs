@@ -253,12 +253,12 @@ fn holds(f: &Figures) -> maud::Markup {
                     thead { tr { th scope="col" { "Session" } th scope="col" { "Label" } th scope="col" { "Reason" } th scope="col" { "Placed by" } } }
                     tbody {
                         @for s in &f.holds {
-                            @let hold = s.hold.clone().unwrap_or_default();
+                            @let (by, reason) = s.hold.as_ref().map_or(("", ""), |h| (h.by.as_str(), h.reason.as_str()));
                             tr {
                                 td { a href=(format!("/sessions/{}", s.id)) { code { (s.id) } } }
                                 td { (views::cut(&s.label, 80)) }
-                                td { (views::cut(&hold.reason, 200)) }
-                                td { (hold.by) }
+                                td { (views::cut(reason, 200)) }
+                                td { (by) }
                             }
                         }
                     }

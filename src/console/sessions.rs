@@ -292,7 +292,9 @@ fn session_body(
         .iter()
         .filter(|p| !p.derived_from.is_empty())
         .collect();
-    let hold = s.hold.clone().unwrap_or_default();
+    let (hold_by, hold_reason, hold_since) = s.hold.as_ref().map_or(("", "", 0), |h| {
+        (h.by.as_str(), h.reason.as_str(), h.since_ms)
+    });
     html! {
         section class="card" aria-labelledby="meta-h" {
             h2 id="meta-h" { "Session" }
@@ -323,7 +325,7 @@ fn session_body(
         section class="card" aria-labelledby="hold-h" {
             h2 id="hold-h" { "Legal hold" }
             @if s.legal_hold {
-                p { span class="badge" { "held" } " by " (hold.by) " since " (views::time(hold.since_ms)) ": " (views::cut(&hold.reason, 500)) }
+                p { span class="badge" { "held" } " by " (hold_by) " since " (views::time(hold_since)) ": " (views::cut(hold_reason, 500)) }
                 p { "While held, nothing of this session is deleted: not by expiry, not on request." }
             } @else {
                 p { "Not held." }
@@ -484,10 +486,12 @@ pub async fn delete(
         return too_long(&ctx);
     }
     let (service, p) = ctx.service();
-    match service.delete_session(p, &id, &f.reason).await.map_err(status) {
-        Ok(r) => {
-            Redirect::to(&format!("/receipts?id={}&deleted=1", r.id)).into_response()
-        }
+    match service
+        .delete_session(p, &id, &f.reason)
+        .await
+        .map_err(status)
+    {
+        Ok(r) => Redirect::to(&format!("/receipts?id={}&deleted=1", r.id)).into_response(),
         Err(st) if st.code() == tonic::Code::FailedPrecondition => {
             let msg = super::routes::message(&st);
             match session_of(&ctx, &id).await {

@@ -61,7 +61,10 @@ pub struct SessionFilter {
 impl SessionFilter {
     fn check(&self) -> ApiResult<()> {
         check_len("owner", self.owner.as_deref().unwrap_or(""))?;
-        check_len("label_contains", self.label_contains.as_deref().unwrap_or(""))?;
+        check_len(
+            "label_contains",
+            self.label_contains.as_deref().unwrap_or(""),
+        )?;
         if self.labels.len() > MAX_ENTRIES {
             return Err(ApiError::BadRequest(format!(
                 "at most {MAX_ENTRIES} label filters are allowed"
@@ -83,9 +86,10 @@ impl SessionFilter {
                 .iter()
                 .all(|(k, v)| s.labels.get(k).is_some_and(|have| have == v))
             && self.legal_hold.is_none_or(|h| h == s.legal_hold)
-            && self.label_contains.as_ref().is_none_or(|t| {
-                s.label.to_lowercase().contains(t.to_lowercase().as_str())
-            })
+            && self
+                .label_contains
+                .as_ref()
+                .is_none_or(|t| s.label.to_lowercase().contains(t.to_lowercase().as_str()))
             && self.expires_before_ms.is_none_or(|before| {
                 s.expires_ms.min(crate::clock::add(s.created_ms, ttl)) < before
             })
@@ -240,7 +244,10 @@ impl Service {
                 want.is_none_or(|w| s.state == w)
                     && access::can_see(&principal, super::ownership(s))
                     && filter.as_ref().is_none_or(|f| {
-                        f.keep(s, policy::effective(&defaults, &level, &s.policy).session_ttl)
+                        f.keep(
+                            s,
+                            policy::effective(&defaults, &level, &s.policy).session_ttl,
+                        )
                     })
             })
         })

@@ -1124,5 +1124,9 @@ async fn queries_filter_by_outcome_and_a_refused_policy_loosening_is_on_the_reco
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
-    assert!(err.message().contains("ok, denied, error"), "{}", err.message());
+    assert!(
+        err.message().contains("ok, denied, error"),
+        "{}",
+        err.message()
+    );
 }

@@ -453,7 +453,11 @@ async fn list_sessions_filters_by_owner_labels_label_text_hold_and_expiry() {
         ..Default::default()
     })
     .await;
-    assert_eq!(by_text, vec![red.clone()], "case-insensitive, and every filter applies");
+    assert_eq!(
+        by_text,
+        vec![red.clone()],
+        "case-insensitive, and every filter applies"
+    );
     let held = ids(proto::ListSessionsRequest {
         legal_hold: Some(true),
         ..Default::default()
