@@ -66,7 +66,7 @@ pub struct Config {
     /// The background deletion of what has expired.
     pub reaper: crate::reaper::ReaperConfig,
     /// The compliance console (see [`crate::console`]).
-    pub console: crate::console::ConsoleConfig,
+    pub console: crate::console::config::ConsoleConfig,
     /// How long shutdown waits for in-flight calls before giving up on them.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
@@ -86,7 +86,7 @@ impl Default for Config {
             offload: crate::offload::OffloadConfig::default(),
             sandbox: crate::sandbox::SandboxConfig::default(),
             reaper: crate::reaper::ReaperConfig::default(),
-            console: crate::console::ConsoleConfig::default(),
+            console: crate::console::config::ConsoleConfig::default(),
             shutdown_grace: Duration::from_secs(30),
         }
     }
