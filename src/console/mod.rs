@@ -96,7 +96,6 @@ pub fn spawn(
         sessions: auth::Sessions::new(c.session_lifetime, c.idle_timeout, c.max_sessions),
         tokens,
         config: config.clone(),
-        receipt_key,
         secure: c.secure_cookie,
         overview_max_sessions: c.overview_max_sessions,
         verified: Default::default(),
