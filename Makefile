@@ -4,7 +4,7 @@ CARGO ?= cargo
 BIN := $(CARGO) run --release --locked --quiet --
 ENGINES := redb sled
 
-.PHONY: help build run test grpcurl test-engine test-python python-stubs bench-python lint fmt images bench reliability reliability-smoke fuzz clean mcp-deps mcp-test mcp-conformance mcp-bench
+.PHONY: help build run test grpcurl test-engine test-python python-stubs bench-python lint fmt images bench reliability reliability-smoke fuzz clean mcp-deps mcp-test mcp-conformance mcp-bench test-console console-screenshots bench-console
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -15,6 +15,7 @@ build: ## Build the release binary
 run: build images ## Start a dev server on 127.0.0.1:50051 with data in ./spillway-data
 	@echo "dev token: ./spillway-data/dev-token (the CLI finds it by itself)"
 	@echo "try, in another terminal: target/release/spillway session create --label demo"
+	@echo "compliance console: http://127.0.0.1:50052 (sign in with the dev token)"
 	$(BIN) serve --data-dir ./spillway-data
 
 test: images grpcurl ## Build the images if needed, then unit and integration tests against both metadata engines
@@ -25,6 +26,7 @@ test: images grpcurl ## Build the images if needed, then unit and integration te
 	done
 	$(MAKE) test-python
 	$(MAKE) mcp-test
+	$(MAKE) test-console
 
 # The Python client (clients/python): a venv under ~/.cache with the package,
 # its test deps and the official openai/anthropic SDKs (for the round-trip
@@ -58,6 +60,31 @@ bench-python: $(PY_VENV)/bin/python ## Client-side overhead of an Offload call a
 	$(CARGO) build --locked --bins --tests
 	$(PY_VENV)/bin/pip install -q --upgrade "./clients/python[test]"
 	cd clients/python && $(PY_VENV)/bin/python bench/offload_overhead.py
+
+
+# The console's browser tests: Debian's chromium, playwright-core and axe-core
+# (npm, pinned, cached under ~/.cache), against the real debug binary.
+CONSOLE_CACHE ?= $(HOME)/.cache/spillway-console
+CONSOLE_NPM := playwright-core@1.65.1 axe-core@4.14.1
+SPILLWAY_DEBUG_BIN = $${CARGO_TARGET_DIR:-target}/debug/spillway
+
+console-deps:
+	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
+	@command -v node >/dev/null || (apt-get update -qq && apt-get install -y -qq nodejs npm)
+	@test -f $(CONSOLE_CACHE)/node_modules/playwright-core/package.json -a -f $(CONSOLE_CACHE)/node_modules/axe-core/axe.min.js || \
+		(mkdir -p $(CONSOLE_CACHE) && npm install --prefix $(CONSOLE_CACHE) --no-audit --no-fund --loglevel=error $(CONSOLE_NPM))
+	$(CARGO) build --locked --bin spillway
+
+test-console: images console-deps ## The compliance console's browser tests (chromium via apt, playwright-core and axe-core via npm)
+	CONSOLE_NODE_MODULES=$(CONSOLE_CACHE)/node_modules CONSOLE_SPILLWAY_BIN=$(SPILLWAY_DEBUG_BIN) \
+		node --test --test-concurrency=1 tests/console/
+
+console-screenshots: images console-deps ## The console's browser tests, writing each page's screenshot to docs/console/
+	CONSOLE_NODE_MODULES=$(CONSOLE_CACHE)/node_modules CONSOLE_SPILLWAY_BIN=$(SPILLWAY_DEBUG_BIN) CONSOLE_SCREENSHOTS=docs/console \
+		node --test --test-concurrency=1 tests/console/
+
+bench-console: images ## The sessions page with 10 000 sessions: p50/p95 server time (release build)
+	$(CARGO) bench --locked --bench console_sessions
 
 lint: ## Clippy with warnings as errors, and rustfmt
 	$(CARGO) clippy --locked --all-targets -- -D warnings

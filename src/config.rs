@@ -65,6 +65,8 @@ pub struct Config {
     pub sandbox: crate::sandbox::SandboxConfig,
     /// The background deletion of what has expired.
     pub reaper: crate::reaper::ReaperConfig,
+    /// The compliance console (see [`crate::console`]).
+    pub console: crate::console::config::ConsoleConfig,
     /// How long shutdown waits for in-flight calls before giving up on them.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
@@ -84,6 +86,7 @@ impl Default for Config {
             offload: crate::offload::OffloadConfig::default(),
             sandbox: crate::sandbox::SandboxConfig::default(),
             reaper: crate::reaper::ReaperConfig::default(),
+            console: crate::console::config::ConsoleConfig::default(),
             shutdown_grace: Duration::from_secs(30),
         }
     }
@@ -405,6 +408,7 @@ impl Config {
             ));
         }
         self.offload.validate().map_err(ConfigError::Invalid)?;
+        self.console.validate().map_err(ConfigError::Invalid)?;
         Ok(())
     }
 

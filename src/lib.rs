@@ -63,6 +63,8 @@
 //!   RPC converts its message and calls one [`service`] operation.
 //! - [`client`]: connecting to a Spillway server (address, token, TLS), for
 //!   the CLI and the MCP fronts.
+//! - [`console`]: the compliance console, a web front door (axum, maud,
+//!   plotters) that calls the same [`service`] operations as gRPC.
 //! - [`cli`]: the client subcommands of the `spillway` binary.
 //! - [`mcp`]: `spillway mcp serve` and `spillway mcp proxy`, MCP fronts that
 //!   are gRPC clients of a Spillway server.
@@ -75,6 +77,7 @@ pub mod cli;
 pub mod client;
 pub mod clock;
 pub mod config;
+pub mod console;
 pub mod context;
 pub mod error;
 pub mod fairness;

@@ -125,6 +125,9 @@ pub enum ServerError {
     /// The transport failed.
     #[error("transport: {0}")]
     Transport(#[from] tonic::transport::Error),
+    /// The console could not start.
+    #[error("cannot start the console: {0}")]
+    Console(#[from] crate::console::ConsoleError),
     /// A startup task panicked.
     #[error("startup task failed: {0}")]
     Join(#[from] tokio::task::JoinError),
@@ -185,6 +188,9 @@ pub async fn run_with_clock(
     } else {
         TokenTable::from_config(&config.auth.tokens)
     };
+    let tokens = Arc::new(tokens);
+    // Bound before anything is opened: a taken address is a startup error.
+    let console_listener = crate::console::bind(&config).await?;
 
     let settings = StoreSettings {
         engine: config.store.engine,
@@ -246,7 +252,7 @@ pub async fn run_with_clock(
         sandbox,
         reaper,
     );
-    let auth = Authenticator::new(Arc::new(tokens));
+    let auth = Authenticator::new(tokens.clone());
     let limits = &config.limits;
 
     let sessions = SessionsServer::new(SessionsService::new(state.clone()))
@@ -335,9 +341,23 @@ pub async fn run_with_clock(
         });
 
     let (drain_tx, drain_rx) = tokio::sync::oneshot::channel::<()>();
+    // The console stops when this sender goes: at shutdown, or with the
+    // server if it fails.
+    let (console_stop, console_rx) = tokio::sync::watch::channel(());
+    let console = match console_listener {
+        Some(l) => Some(crate::console::spawn(
+            l,
+            config.clone(),
+            tokens.clone(),
+            state.clone(),
+            console_rx,
+        )?),
+        None => None,
+    };
     let (reporter, names) = (health_reporter.clone(), served.names.clone());
     let signal = async move {
         shutdown.await;
+        drop(console_stop);
         names.report(&reporter, NotServing).await;
         let _ = drain_tx.send(());
     };
@@ -378,6 +398,13 @@ pub async fn run_with_clock(
         _ = async { if drain_rx.await.is_ok() { tokio::time::sleep(grace).await } else { std::future::pending().await } } => {
             tracing::warn!(grace_secs = grace.as_secs(), "in-flight calls did not finish within the shutdown grace; stopping anyway");
         }
+    }
+    if let Some(console) = console
+        && tokio::time::timeout(std::time::Duration::from_secs(5), console)
+            .await
+            .is_err()
+    {
+        tracing::warn!("the console did not stop within 5 s; leaving it");
     }
     tokio::task::spawn_blocking(move || store.flush()).await??;
     tracing::info!("stopped; storage flushed");

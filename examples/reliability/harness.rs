@@ -459,6 +459,7 @@ pub async fn list_sessions(server: &Server) -> Result<Vec<proto::Session>> {
                 page_size: 1000,
                 page_token: token,
                 state: 0,
+                ..Default::default()
             })
             .await?
             .into_inner();

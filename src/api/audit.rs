@@ -47,6 +47,7 @@ fn filter(q: &proto::AuditQuery) -> Filter {
         payload_id: set(&q.payload_id),
         principal: set(&q.principal),
         action: set(&q.action),
+        outcome: set(&q.outcome),
         since: q.since.as_ref().map(millis),
         until: q.until.as_ref().map(millis),
     }

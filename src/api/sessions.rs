@@ -6,7 +6,7 @@ use tracing::instrument;
 use super::{convert, parts, principal};
 use crate::error::ApiError;
 use crate::proto::{self, sessions_server::Sessions};
-use crate::service::{CreateSession, StateFilter};
+use crate::service::{CreateSession, SessionFilter, StateFilter};
 use crate::store::records::SessionState;
 
 front!(
@@ -67,9 +67,20 @@ impl Sessions for SessionsService {
     ) -> Result<Response<proto::ListSessionsResponse>, Status> {
         let (p, r) = parts(req)?;
         let state = state_filter(r.state)?;
+        let filter = SessionFilter {
+            owner: (!r.owner.is_empty()).then(|| r.owner.clone()),
+            labels: r.labels.into_iter().collect(),
+            expires_before_ms: r.expires_before.as_ref().map(|t| {
+                t.seconds
+                    .saturating_mul(1000)
+                    .saturating_add(i64::from(t.nanos) / 1_000_000)
+            }),
+            legal_hold: r.legal_hold,
+            label_contains: (!r.label_contains.is_empty()).then(|| r.label_contains.clone()),
+        };
         let page = self
             .service
-            .list_sessions(&p, state, &r.page_token, r.page_size)
+            .list_sessions_where(&p, state, &filter, &r.page_token, r.page_size)
             .await?;
         Ok(Response::new(proto::ListSessionsResponse {
             sessions: page

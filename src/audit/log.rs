@@ -184,6 +184,8 @@ pub struct Filter {
     pub principal: Option<String>,
     /// Only events of this action.
     pub action: Option<String>,
+    /// Only events with this outcome.
+    pub outcome: Option<String>,
     /// Only events at or after this time.
     pub since: Option<Millis>,
     /// Only events before this time.
@@ -199,6 +201,7 @@ impl Filter {
             && eq(&self.payload_id, &e.payload_id)
             && eq(&self.principal, &e.principal)
             && eq(&self.action, &e.action)
+            && eq(&self.outcome, &e.outcome)
             && since.is_none_or(|s| e.time.as_str() >= s)
             && until.is_none_or(|u| e.time.as_str() < u)
     }

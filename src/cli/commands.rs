@@ -570,6 +570,7 @@ async fn session(c: &mut Clients, cmd: SessionCommand, json: bool) -> anyhow::Re
                         page_size: 1000,
                         page_token: token,
                         state,
+                        ..Default::default()
                     })
                     .await?
                     .into_inner();
@@ -690,6 +691,7 @@ async fn audit(c: &mut Clients, cmd: AuditCommand, json: bool) -> anyhow::Result
                     .transpose()?,
                 page_size: 1000,
                 page_token: String::new(),
+                ..Default::default()
             };
             while left > 0 {
                 let mut page = c.audit.query_audit(query.clone()).await?.into_inner();

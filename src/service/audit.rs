@@ -80,11 +80,21 @@ fn check_filter(f: &Filter) -> ApiResult<Vec<&'static str>> {
             action::ALL.join(", ")
         )));
     }
+    if let Some(o) = &f.outcome
+        && !crate::audit::outcome::ALL.contains(&o.as_str())
+    {
+        return Err(ApiError::BadRequest(format!(
+            "outcome {:?} is not one the log records; use one of {}",
+            o.chars().take(64).collect::<String>(),
+            crate::audit::outcome::ALL.join(", ")
+        )));
+    }
     let set = [
         ("session_id", f.session_id.is_some()),
         ("payload_id", f.payload_id.is_some()),
         ("principal", f.principal.is_some()),
         ("action", f.action.is_some()),
+        ("outcome", f.outcome.is_some()),
         ("since", f.since.is_some()),
         ("until", f.until.is_some()),
     ];
@@ -186,6 +196,13 @@ impl Service {
         self.audit(p, NewEvent::new(action::RECEIPT_GET).detail(detail))
             .await?;
         Ok(receipt)
+    }
+
+    /// Whether a receipt's signature is this server's: a check of the
+    /// given fields against the server's receipt key, which reads no stored
+    /// data (the CLI makes the same check with the key file).
+    pub fn receipt_signature_ok(&self, r: &crate::receipt::Signed<'_>, signature: &str) -> bool {
+        self.store.verify_receipt(r, signature)
     }
 
     /// Streams the caller's tenant's whole chain, up to its head when the

@@ -33,7 +33,7 @@ pub use payloads::{
     SearchRequest, UploadPart,
 };
 pub use policies::{PolicyTarget, PolicyView};
-pub use sessions::{CreateSession, StateFilter};
+pub use sessions::{CreateSession, SessionFilter, StateFilter};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -101,7 +101,11 @@ impl Service {
                 })
             })
         })
-        .await?;
+        .await;
+        // A refused loosening of a locked policy is on the record too.
+        let record = self
+            .audit_failure(p, NewEvent::new(action::POLICY_SET), record)
+            .await?;
         let store = self.store.clone();
         let (server, level, tenant) = (
             self.server_policy(),

@@ -43,6 +43,67 @@ pub enum StateFilter {
     Deleted,
 }
 
+/// Optional filters of a session list: every filter that is set must match.
+#[derive(Debug, Clone, Default)]
+pub struct SessionFilter {
+    /// Only sessions owned by this principal ID.
+    pub owner: Option<String>,
+    /// Only sessions that carry every one of these labels, with these values.
+    pub labels: BTreeMap<String, String>,
+    /// Only sessions that expire before this time.
+    pub expires_before_ms: Option<crate::clock::Millis>,
+    /// Only sessions under a legal hold (`true`) or not under one (`false`).
+    pub legal_hold: Option<bool>,
+    /// Only sessions whose label contains this text (case-insensitive).
+    pub label_contains: Option<String>,
+}
+
+impl SessionFilter {
+    fn check(&self) -> ApiResult<()> {
+        check_len("owner", self.owner.as_deref().unwrap_or(""))?;
+        check_len(
+            "label_contains",
+            self.label_contains.as_deref().unwrap_or(""),
+        )?;
+        if self.labels.len() > MAX_ENTRIES {
+            return Err(ApiError::BadRequest(format!(
+                "at most {MAX_ENTRIES} label filters are allowed"
+            )));
+        }
+        for (k, v) in &self.labels {
+            check_len("a label filter's key", k)?;
+            check_len("a label filter's value", v)?;
+        }
+        Ok(())
+    }
+
+    /// Whether `s`, whose effective session TTL is `ttl`, passes (its
+    /// expiry is the earlier of the stored one and creation plus the TTL).
+    fn keep(&self, s: &SessionRecord, ttl: std::time::Duration) -> bool {
+        self.owner.as_ref().is_none_or(|o| *o == s.owner)
+            && self
+                .labels
+                .iter()
+                .all(|(k, v)| s.labels.get(k).is_some_and(|have| have == v))
+            && self.legal_hold.is_none_or(|h| h == s.legal_hold)
+            && self
+                .label_contains
+                .as_ref()
+                .is_none_or(|t| s.label.to_lowercase().contains(t.to_lowercase().as_str()))
+            && self.expires_before_ms.is_none_or(|before| {
+                s.expires_ms.min(crate::clock::add(s.created_ms, ttl)) < before
+            })
+    }
+
+    fn is_empty(&self) -> bool {
+        self.owner.is_none()
+            && self.labels.is_empty()
+            && self.expires_before_ms.is_none()
+            && self.legal_hold.is_none()
+            && self.label_contains.is_none()
+    }
+}
+
 fn check_len(field: &str, value: &str) -> ApiResult<()> {
     if value.len() > MAX_LABEL {
         return Err(ApiError::BadRequest(format!(
@@ -145,7 +206,22 @@ impl Service {
         page_token: &str,
         page: u32,
     ) -> ApiResult<Page<(SessionRecord, Policy)>> {
+        self.list_sessions_where(p, state, &SessionFilter::default(), page_token, page)
+            .await
+    }
+
+    /// [`Service::list_sessions`], keeping only the sessions that pass
+    /// `filter`.
+    pub async fn list_sessions_where(
+        &self,
+        p: &Principal,
+        state: StateFilter,
+        filter: &SessionFilter,
+        page_token: &str,
+        page: u32,
+    ) -> ApiResult<Page<(SessionRecord, Policy)>> {
         self.authorize(p, Rpc::ListSessions).await?;
+        filter.check()?;
         let want = match state {
             StateFilter::Any => None,
             StateFilter::Only(s) => Some(s),
@@ -157,17 +233,25 @@ impl Service {
             }
         };
         let size = page_size(page, self.config.limits.max_page_size);
+        // Every session listed is of the caller's tenant.
+        let tenant = self.tenant_policy(&p.tenant).await?;
+        let server = self.server_policy();
         let (store, principal, token) = (self.store.clone(), p.clone(), page_token.to_owned());
+        let (level, defaults) = (tenant.clone(), server.clone());
+        let filter = (!filter.is_empty()).then(|| filter.clone());
         let page = blocking(move || {
             store.list_sessions(&principal.tenant, &token, size, &|s| {
                 want.is_none_or(|w| s.state == w)
                     && access::can_see(&principal, super::ownership(s))
+                    && filter.as_ref().is_none_or(|f| {
+                        f.keep(
+                            s,
+                            policy::effective(&defaults, &level, &s.policy).session_ttl,
+                        )
+                    })
             })
         })
         .await?;
-        // Every session listed is of the caller's tenant.
-        let tenant = self.tenant_policy(&p.tenant).await?;
-        let server = self.server_policy();
         let items = page
             .items
             .into_iter()

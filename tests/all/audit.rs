@@ -1061,3 +1061,72 @@ async fn reordered_events_in_the_store_or_an_export_and_edited_or_deleted_export
     let v = verify(&server, AUDREY).await;
     assert_eq!((v.ok, v.first_bad_seq), (false, 3));
 }
+
+#[tokio::test]
+async fn queries_filter_by_outcome_and_a_refused_policy_loosening_is_on_the_record() {
+    let server = TestServer::start().await;
+    let mut policies = spillway::proto::policies_client::PoliciesClient::with_interceptor(
+        server.channel().await,
+        Bearer(Some(CAROL.into())),
+    );
+    let locked = proto::Policy {
+        retention: Some(pbjson_types::Duration {
+            seconds: 3 * 86_400,
+            nanos: 0,
+        }),
+        locked: true,
+        ..Default::default()
+    };
+    let set = |policy: proto::Policy| proto::SetPolicyRequest {
+        tenant: "acme".into(),
+        policy: Some(policy),
+    };
+    policies.set_policy(set(locked.clone())).await.unwrap();
+    let looser = proto::Policy {
+        retention: Some(pbjson_types::Duration {
+            seconds: 30 * 86_400,
+            nanos: 0,
+        }),
+        ..locked
+    };
+    let err = policies.set_policy(set(looser)).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+
+    let errors = query(
+        &server,
+        AUDREY,
+        proto::AuditQuery {
+            outcome: "error".into(),
+            ..by_action("policy.set")
+        },
+    )
+    .await;
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].principal, "carol");
+    assert!(errors[0].detail.contains("policy.retention"), "{errors:?}");
+    let oks = query(
+        &server,
+        AUDREY,
+        proto::AuditQuery {
+            outcome: "ok".into(),
+            ..by_action("policy.set")
+        },
+    )
+    .await;
+    assert_eq!(oks.len(), 1, "{oks:?}");
+
+    let err = audit(&server, AUDREY)
+        .await
+        .query_audit(proto::AuditQuery {
+            outcome: "fine".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(
+        err.message().contains("ok, denied, error"),
+        "{}",
+        err.message()
+    );
+}

@@ -375,3 +375,127 @@ async fn oversized_labels_and_share_lists_are_refused_by_name() {
     assert_eq!(err.code(), Code::InvalidArgument);
     assert!(err.message().contains("share_with"), "{}", err.message());
 }
+
+#[tokio::test]
+async fn list_sessions_filters_by_owner_labels_label_text_hold_and_expiry() {
+    let server = TestServer::start().await;
+    let create = |token: &'static str, label: &str, team: &str| {
+        let req = proto::CreateSessionRequest {
+            label: label.into(),
+            labels: [("team".to_string(), team.to_string())].into(),
+            share_with: vec!["carol".into()],
+            ..Default::default()
+        };
+        let server = &server;
+        async move {
+            server
+                .sessions(token)
+                .await
+                .create_session(req)
+                .await
+                .unwrap()
+                .into_inner()
+                .id
+        }
+    };
+    let red = create(ALICE, "Triage of INCIDENT 7", "red").await;
+    let blue = create(ALICE, "weekly report", "blue").await;
+    let bobs = create(BOB, "bob's incident notes", "red").await;
+    let mut policies = spillway::proto::policies_client::PoliciesClient::with_interceptor(
+        server.channel().await,
+        Bearer(Some("tok-carol".into())),
+    );
+    policies
+        .set_legal_hold(proto::SetLegalHoldRequest {
+            session_id: blue.clone(),
+            hold: true,
+            reason: "litigation".into(),
+        })
+        .await
+        .unwrap();
+
+    // Carol (compliance) sees all three; each filter narrows the list.
+    let mut carol = server.sessions("tok-carol").await;
+    let mut ids = async |r: proto::ListSessionsRequest| {
+        let mut ids: Vec<String> = carol
+            .list_sessions(r)
+            .await
+            .unwrap()
+            .into_inner()
+            .sessions
+            .into_iter()
+            .map(|s| s.id)
+            .collect();
+        ids.sort();
+        ids
+    };
+    let sorted = |mut v: Vec<&String>| {
+        v.sort();
+        v.into_iter().cloned().collect::<Vec<_>>()
+    };
+    let all = ids(proto::ListSessionsRequest::default()).await;
+    assert_eq!(all, sorted(vec![&red, &blue, &bobs]));
+    let by_owner = ids(proto::ListSessionsRequest {
+        owner: "alice".into(),
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(by_owner, sorted(vec![&red, &blue]));
+    let by_label = ids(proto::ListSessionsRequest {
+        labels: [("team".to_string(), "red".to_string())].into(),
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(by_label, sorted(vec![&red, &bobs]));
+    let by_text = ids(proto::ListSessionsRequest {
+        label_contains: "incident".into(),
+        owner: "alice".into(),
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(
+        by_text,
+        vec![red.clone()],
+        "case-insensitive, and every filter applies"
+    );
+    let held = ids(proto::ListSessionsRequest {
+        legal_hold: Some(true),
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(held, vec![blue.clone()]);
+    let not_held = ids(proto::ListSessionsRequest {
+        legal_hold: Some(false),
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(not_held, sorted(vec![&red, &bobs]));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let at = |seconds| Some(pbjson_types::Timestamp { seconds, nanos: 0 });
+    // Sessions live 7 days by default.
+    let within_a_day = ids(proto::ListSessionsRequest {
+        expires_before: at(now + 86_400),
+        ..Default::default()
+    })
+    .await;
+    assert!(within_a_day.is_empty(), "{within_a_day:?}");
+    let within_30_days = ids(proto::ListSessionsRequest {
+        expires_before: at(now + 30 * 86_400),
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(within_30_days, all);
+
+    let err = carol
+        .list_sessions(proto::ListSessionsRequest {
+            owner: "x".repeat(300),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("owner"), "{}", err.message());
+}
