@@ -68,12 +68,12 @@ CONSOLE_CACHE ?= $(HOME)/.cache/spillway-console
 CONSOLE_NPM := playwright-core@1.65.1 axe-core@4.14.1
 SPILLWAY_DEBUG_BIN = $${CARGO_TARGET_DIR:-target}/debug/spillway
 
-console-deps:
+console-deps: ## Install chromium (apt) and playwright-core and axe-core (npm) for the console tests
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
 	@command -v node >/dev/null || (apt-get update -qq && apt-get install -y -qq nodejs npm)
 	@test -f $(CONSOLE_CACHE)/node_modules/playwright-core/package.json -a -f $(CONSOLE_CACHE)/node_modules/axe-core/axe.min.js || \
 		(mkdir -p $(CONSOLE_CACHE) && npm install --prefix $(CONSOLE_CACHE) --no-audit --no-fund --loglevel=error $(CONSOLE_NPM))
-	$(CARGO) build --locked --bin spillway
+	$(CARGO) build --locked --bins --tests
 
 test-console: images console-deps ## The compliance console's browser tests (chromium via apt, playwright-core and axe-core via npm)
 	CONSOLE_NODE_MODULES=$(CONSOLE_CACHE)/node_modules CONSOLE_SPILLWAY_BIN=$(SPILLWAY_DEBUG_BIN) \
@@ -141,11 +141,11 @@ mcp-deps: ## Install the real MCP servers and clients the MCP tests use (npm, Py
 	MCP_DEPS_DIR=$(MCP_DEPS) bash scripts/mcp-deps.sh
 
 mcp-test: images mcp-deps ## MCP tests (pytest with the official Python SDK) against the debug binary
-	$(CARGO) build --locked --bin spillway
+	$(CARGO) build --locked --bins --tests
 	MCP_SPILLWAY_BIN=$(MCP_BIN) MCP_DEPS_DIR=$(MCP_DEPS) $(MCP_DEPS)/venv/bin/pytest -q -p no:cacheprovider tests/mcp
 
 mcp-conformance: images mcp-deps ## The official MCP conformance suite against `spillway mcp serve --listen`; prints pass/fail counts
-	$(CARGO) build --locked --bin spillway
+	$(CARGO) build --locked --bins --tests
 	MCP_SPILLWAY_BIN=$(MCP_BIN) MCP_NODE=$(MCP_NODE) MCP_CONFORMANCE=$(MCP_CONFORMANCE) $(MCP_DEPS)/venv/bin/python scripts/mcp_conformance.py > MCP_CONFORMANCE.md.new
 	mv MCP_CONFORMANCE.md.new MCP_CONFORMANCE.md
 	@head -8 MCP_CONFORMANCE.md

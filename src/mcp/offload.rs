@@ -38,7 +38,7 @@ use tokio::sync::oneshot;
 use super::backend::Backend;
 use super::session::SessionSlot;
 use super::tools::payload_uri;
-use crate::offload::notice::{Dialect, NoticeFacts, Why, render_in};
+use crate::offload::notice::{Dialect, NoticeFacts, Shape, Why, render_in};
 use crate::proto;
 
 /// Parts above this size skip the Offload RPC and are streamed into Upload.
@@ -392,6 +392,8 @@ impl Offloader {
             .await
             .map(|r| r.data)
             .unwrap_or_default();
+        let binary = crate::inspect::detect::detect(&head, &p.content_type)
+            == crate::inspect::detect::Kind::Binary;
         let head = String::from_utf8_lossy(&head);
         let head: String = head.chars().take(500).collect();
         let omitted = p.size_bytes.saturating_sub(head.len() as u64);
@@ -409,6 +411,7 @@ impl Offloader {
             lines: p.line_count,
             tokens: (p.estimated_tokens, false),
             content_type: &p.content_type,
+            shape: Shape::of(binary, p.line_count),
         };
         let threshold = self.settings.per_call_tokens.unwrap_or(6000);
         render_in(Dialect::Mcp, &facts, Why::PerCall(threshold), &preview)

@@ -1048,6 +1048,8 @@ async fn a_bad_jq_flag_shows_the_error_and_a_pointer_to_help_only() {
         "jq: error: unknown option: --slurpy\n(jq's usage text left out: run jq with args [\"--help\"] for the list of flags)\n"
     );
     assert!(!r.stderr.contains("RUST_BACKTRACE"));
+}
+
 /// The jq and javascript images start from a Wizer snapshot (`make images`):
 /// each exec is a fresh instance of it, so nothing one exec does to the
 /// snapshot's globals or heap is seen by the next, and what QuickJS derived

@@ -34,12 +34,16 @@ def normalize(value: Any) -> Any:
     return json.loads(text)
 
 
+# Read at import: the autouse fixture clears SPILLWAY_* before each test.
+UPDATE_GOLDEN = bool(os.environ.get("SPILLWAY_UPDATE_GOLDEN"))
+
+
 def golden(name: str, value: Any) -> None:
     path = GOLDEN / f"{name}.json"
     got = normalize(value)
-    if os.environ.get("SPILLWAY_UPDATE_GOLDEN") or not path.exists():
+    if UPDATE_GOLDEN or not path.exists():
         path.write_text(json.dumps(got, indent=2, ensure_ascii=False) + "\n")
-        if not os.environ.get("SPILLWAY_UPDATE_GOLDEN"):
+        if not UPDATE_GOLDEN:
             pytest.fail(f"{path} did not exist and was written; check it by hand, then run again")
     assert got == json.loads(path.read_text()), f"differs from {path}"
 
