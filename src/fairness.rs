@@ -12,6 +12,7 @@
 //! and words the refusal for its own callers.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -78,6 +79,9 @@ struct Inner {
     global_bound: Bound,
     per_key: Bound,
     keys: Mutex<HashMap<String, Arc<Semaphore>>>,
+    /// Callers in [`KeyedSlots::acquire_within`]'s wait, at most the global
+    /// limit.
+    waiting: AtomicUsize,
 }
 
 /// A slot held; given back on drop.
@@ -114,6 +118,7 @@ impl KeyedSlots {
                     key: per_key.key,
                 },
                 keys: Mutex::new(HashMap::new()),
+                waiting: AtomicUsize::new(0),
             }),
         }
     }
@@ -195,6 +200,24 @@ impl KeyedSlots {
         Ok(slot)
     }
 
+    /// A slot now, or within `wait`: a burst takes turns instead of being
+    /// refused, while a key whose slots stay busy past `wait` gets the
+    /// refusal `try_acquire` gave. At most as many callers wait as there are
+    /// slots in all; one more is refused at once.
+    pub async fn acquire_within(&self, key: &str, wait: Duration) -> Result<Slot, Refused> {
+        let refused = match self.try_acquire(key) {
+            Ok(slot) => return Ok(slot),
+            Err(Refused::Closed) => return Err(Refused::Closed),
+            Err(r) => r,
+        };
+        // Counted out on drop, so a cancelled call stops waiting too.
+        let _waiter = Waiter::enter(&self.inner.waiting, self.inner.global_bound.limit)
+            .ok_or_else(|| refused.clone())?;
+        tokio::time::timeout(wait, self.acquire(key))
+            .await
+            .unwrap_or(Err(refused))
+    }
+
     fn slot(&self, key: &str) -> Slot {
         Slot {
             key_permit: None,
@@ -202,6 +225,26 @@ impl KeyedSlots {
             inner: self.inner.clone(),
             key: key.to_owned(),
         }
+    }
+}
+
+/// One caller counted in a wait of bounded size.
+struct Waiter<'a>(&'a AtomicUsize);
+
+impl<'a> Waiter<'a> {
+    fn enter(count: &'a AtomicUsize, most: usize) -> Option<Self> {
+        count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < most).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Waiter(count))
+    }
+}
+
+impl Drop for Waiter<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

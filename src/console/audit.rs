@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use maud::{Markup, html};
 use tokio_stream::StreamExt;
 
-use super::routes::{Ctx, Verification, status};
+use super::ctx::{Ctx, Verification, status};
 use super::views::{self, Section};
 use crate::audit::{AuditEvent, Filter, action, outcome};
 use crate::clock::Millis;
@@ -243,7 +243,7 @@ pub async fn query(ctx: Ctx, Query(f): Query<AuditFilters>) -> Response {
     {
         Ok(r) => r,
         Err(s) if s.code() == tonic::Code::InvalidArgument => {
-            let body = html! { (tools) (query_form(&f)) (views::notice("error", &super::routes::message(&s))) };
+            let body = html! { (tools) (query_form(&f)) (views::notice("error", &super::ctx::message(&s))) };
             return ctx.page_with(StatusCode::BAD_REQUEST, Section::Audit, "Audit", body);
         }
         Err(s) => return ctx.refused(Section::Audit, &s),

@@ -23,7 +23,7 @@
 pub mod audit;
 pub mod auth;
 pub mod charts;
-pub mod config;
+pub mod ctx;
 pub mod overview;
 pub mod policy;
 pub mod routes;
@@ -35,7 +35,7 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 
-pub use config::ConsoleConfig;
+pub use crate::config::ConsoleConfig;
 
 use crate::auth::TokenTable;
 use crate::config::Config;
@@ -91,7 +91,7 @@ pub fn spawn(
     if receipt_key.is_none() {
         tracing::warn!("console: cannot read the receipt key; receipts will be shown unverified");
     }
-    let state = Arc::new(routes::Console {
+    let state = Arc::new(ctx::Console {
         service,
         sessions: auth::Sessions::new(c.session_lifetime, c.idle_timeout, c.max_sessions),
         tokens,

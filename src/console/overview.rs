@@ -10,7 +10,7 @@ use axum::response::Response;
 use maud::{PreEscaped, html};
 
 use super::charts;
-use super::routes::{Ctx, Verification, status};
+use super::ctx::{Ctx, Verification, status};
 use super::views::{self, Section, may};
 use crate::auth::access::Rpc;
 use crate::service::StateFilter;

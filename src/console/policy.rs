@@ -11,7 +11,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::{Markup, html};
 
-use super::routes::{Ctx, status};
+use super::ctx::{Ctx, status};
 use super::views::{self, Section, may};
 use crate::auth::access::Rpc;
 use crate::policy::{self, ExecCeiling, Policy, PolicyOverrides};
@@ -387,14 +387,14 @@ pub async fn update(ctx: Ctx, axum::Form(form): axum::Form<Submitted>) -> Respon
         Ok(_) => Redirect::to("/policy?saved=1").into_response(),
         Err(s) if s.code() == tonic::Code::Unauthenticated => ctx.refused(Section::Policy, &s),
         Err(s) => {
-            let (status, _) = super::routes::status_of(s.code());
+            let (status, _) = super::ctx::status_of(s.code());
             let field = field_of(s.message()).unwrap_or("").to_owned();
             render(
                 &ctx,
                 status,
                 &level,
                 &form,
-                Some((field, super::routes::message(&s))),
+                Some((field, super::ctx::message(&s))),
                 false,
             )
         }

@@ -1,23 +1,19 @@
 //! The router, the state every handler shares, the signed-in extractor,
 //! security headers, and the mapping of the service's refusals to pages.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{FromRequestParts, Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header, request::Parts};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{AppendHeaders, Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use maud::{Markup, html};
+use maud::html;
 
-use super::auth::{COOKIE, Missing, Sessions, Signed};
-use super::views::{self, Chrome, Section};
-use crate::auth::TokenTable;
-use crate::error::ApiError;
-use crate::service::Service;
+use super::auth::COOKIE;
+use super::ctx::{AppState, Ctx, cookie};
+use super::views;
 
 /// The cookie of a sign-in form in progress.
 pub const SIGNIN_COOKIE: &str = "spillway_console_signin";
@@ -27,52 +23,6 @@ pub const SIGNIN_COOKIE: &str = "spillway_console_signin";
 pub const CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 const CSS: &str = include_str!("console.css");
-
-/// The last verification of a tenant's audit chain seen by this console.
-#[derive(Debug, Clone)]
-pub struct Verification {
-    /// Whether it verified.
-    pub ok: bool,
-    /// Events checked.
-    pub events_checked: u64,
-    /// First bad seq, 0 when ok.
-    pub first_bad_seq: u64,
-    /// The head seq.
-    pub head_seq: u64,
-    /// When it was checked.
-    pub at: std::time::SystemTime,
-    /// Who checked.
-    pub by: String,
-}
-
-/// What every handler shares.
-pub struct Console {
-    /// The service layer every action calls, as gRPC does.
-    pub service: Service,
-    /// Signed-in sessions.
-    pub sessions: Sessions,
-    /// The server's token table, to tell who a token stands for at sign-in
-    /// (the same table the gRPC interceptor authenticates with).
-    pub tokens: Arc<TokenTable>,
-    /// The server's configuration: its default policy shows where each
-    /// policy value comes from.
-    pub config: Arc<crate::config::Config>,
-    /// `Secure` on cookies.
-    pub secure: bool,
-    /// Sessions the overview reads at most.
-    pub overview_max_sessions: usize,
-    /// Last verification per tenant.
-    pub verified: Mutex<HashMap<String, Verification>>,
-}
-
-impl std::fmt::Debug for Console {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Console").finish_non_exhaustive()
-    }
-}
-
-/// Shared state.
-pub type AppState = Arc<Console>;
 
 /// Builds the console's router.
 pub fn router(state: AppState, max_body: usize, timeout: Duration) -> Router {
@@ -201,17 +151,6 @@ pub fn error_page(status: StatusCode, title: &str, text: &str) -> Response {
     (status, Html(views::page(title, None, body).into_string())).into_response()
 }
 
-/// The value of cookie `name` in the request.
-pub fn cookie<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    h.get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v)
-}
-
 fn set_cookie(name: &str, value: &str, path: &str, max_age: Duration, secure: bool) -> String {
     let c = cookie::Cookie::build((name, value))
         .path(path)
@@ -223,140 +162,6 @@ fn set_cookie(name: &str, value: &str, path: &str, max_age: Duration, secure: bo
         .secure(secure)
         .build();
     c.to_string()
-}
-
-/// A signed-in request: the session, whose principal every service call
-/// of the request acts as.
-pub struct Ctx {
-    /// The session.
-    pub signed: Signed,
-    /// The shared state.
-    pub app: AppState,
-}
-
-impl Ctx {
-    /// The page frame for `section`.
-    pub fn chrome(&self, section: Section) -> Chrome<'_> {
-        Chrome {
-            principal: &self.signed.principal.id,
-            tenant: &self.signed.principal.tenant,
-            roles: &self.signed.principal.roles,
-            csrf: &self.signed.csrf,
-            section,
-        }
-    }
-
-    /// A full page in this user's frame.
-    pub fn page(&self, section: Section, title: &str, body: Markup) -> Response {
-        self.page_with(StatusCode::OK, section, title, body)
-    }
-
-    /// [`Ctx::page`] with a status.
-    pub fn page_with(
-        &self,
-        status: StatusCode,
-        section: Section,
-        title: &str,
-        body: Markup,
-    ) -> Response {
-        let chrome = self.chrome(section);
-        (
-            status,
-            Html(views::page(title, Some(&chrome), body).into_string()),
-        )
-            .into_response()
-    }
-
-    /// Checks a form's CSRF token: `None` when it is this session's, the
-    /// refusal page otherwise.
-    pub fn csrf_refusal(&self, submitted: &str) -> Option<Response> {
-        if self.signed.csrf_ok(submitted) {
-            return None;
-        }
-        tracing::warn!(principal = %self.signed.principal.id, "console form refused: missing or wrong csrf token");
-        Some(self.page_with(
-            StatusCode::FORBIDDEN,
-            Section::None,
-            "Refused: the form is not from this console session",
-            views::notice(
-                "error",
-                "The form's CSRF token is missing or does not match your console session, so nothing was changed. Reload the page and submit the form again.",
-            ),
-        ))
-    }
-
-    /// The service, and the principal to call it as.
-    pub fn service(&self) -> (&Service, &crate::auth::Principal) {
-        (&self.app.service, &self.signed.principal)
-    }
-
-    /// The page for a refusal or failure of the service.
-    pub fn refused(&self, section: Section, s: &tonic::Status) -> Response {
-        if s.code() == tonic::Code::Unauthenticated {
-            self.app.sessions.sign_out(&self.signed);
-            return Redirect::to("/signin?why=token").into_response();
-        }
-        let (status, title) = status_of(s.code());
-        self.page_with(status, section, title, views::notice("error", &message(s)))
-    }
-}
-
-/// A service error as a status: its code and words from the one mapping
-/// in [`crate::error`] (internal details stay in the server log).
-pub fn status(e: ApiError) -> tonic::Status {
-    e.into()
-}
-
-/// The HTTP status and page title for a status code. NOT_FOUND stays 404, so
-/// another tenant's session reads the same as one that does not exist.
-pub fn status_of(code: tonic::Code) -> (StatusCode, &'static str) {
-    use tonic::Code as C;
-    match code {
-        C::NotFound => (StatusCode::NOT_FOUND, "Not found"),
-        C::PermissionDenied => (StatusCode::FORBIDDEN, "Not allowed"),
-        C::InvalidArgument => (StatusCode::BAD_REQUEST, "Not accepted"),
-        C::FailedPrecondition => (StatusCode::CONFLICT, "Refused"),
-        C::ResourceExhausted => (StatusCode::TOO_MANY_REQUESTS, "Over a limit"),
-        C::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "Server unavailable"),
-        C::DeadlineExceeded => (StatusCode::GATEWAY_TIMEOUT, "Took too long"),
-        _ => (StatusCode::BAD_GATEWAY, "The server could not answer"),
-    }
-}
-
-/// The server's message for a status, as the user should read it.
-pub fn message(s: &tonic::Status) -> String {
-    let text = views::cut(s.message(), 2000);
-    match s.code() {
-        tonic::Code::Unavailable => format!(
-            "The server is unavailable ({text}). It may be shutting down; try again shortly."
-        ),
-        tonic::Code::Internal | tonic::Code::Unknown => format!(
-            "The server failed to answer ({text}). Details are in the server log; try again."
-        ),
-        _ => text,
-    }
-}
-
-impl FromRequestParts<AppState> for Ctx {
-    type Rejection = Response;
-
-    async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, Response> {
-        let signed = match app.sessions.get(cookie(&parts.headers, COOKIE)) {
-            Ok(s) => s,
-            Err(why) => {
-                let why = match why {
-                    Missing::NoCookie => "none",
-                    Missing::Unknown => "unknown",
-                    Missing::Expired => "expired",
-                };
-                return Err(Redirect::to(&format!("/signin?why={why}")).into_response());
-            }
-        };
-        Ok(Ctx {
-            signed,
-            app: app.clone(),
-        })
-    }
 }
 
 #[derive(serde::Deserialize)]
@@ -514,6 +319,7 @@ async fn signout(ctx: Ctx, axum::Form(form): axum::Form<CsrfForm>) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::console::ctx::status_of;
 
     fn headers(pairs: &[(header::HeaderName, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();

@@ -10,7 +10,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::{Markup, html};
 
-use super::routes::{Ctx, status};
+use super::ctx::{Ctx, status};
 use super::views::{self, Section, may};
 use crate::auth::access::Rpc;
 use crate::clock::Millis;
@@ -233,7 +233,7 @@ pub async fn list(ctx: Ctx, Query(f): Query<Filters>) -> Response {
             ctx.page(Section::Sessions, "Sessions", body)
         }
         Err(s) if matches!(s.code(), tonic::Code::InvalidArgument) => {
-            let body = list_body(&f, &[], "", Some(&super::routes::message(&s)));
+            let body = list_body(&f, &[], "", Some(&super::ctx::message(&s)));
             ctx.page_with(StatusCode::BAD_REQUEST, Section::Sessions, "Sessions", body)
         }
         Err(s) => ctx.refused(Section::Sessions, &s),
@@ -493,7 +493,7 @@ pub async fn delete(
     {
         Ok(r) => Redirect::to(&format!("/receipts?id={}&deleted=1", r.id)).into_response(),
         Err(st) if st.code() == tonic::Code::FailedPrecondition => {
-            let msg = super::routes::message(&st);
+            let msg = super::ctx::message(&st);
             match session_of(&ctx, &id).await {
                 Ok(s) => {
                     let body = confirm_body(&ctx, &s, Some(&msg));
@@ -554,7 +554,7 @@ pub async fn payload(ctx: Ctx, Path(id): Path<String>) -> Response {
                     p class="help" { "Bytes " (r.out.start_offset) " to " (r.out.end_offset) " of " (r.total_bytes) ", shown as text." @if !r.out.eof { " The rest is not shown." } }
                     pre class="content" tabindex="0" { (String::from_utf8_lossy(&r.out.data)) }
                 }
-                Err(s) => { (views::notice("info", &format!("Content not shown: {}", super::routes::message(s)))) }
+                Err(s) => { (views::notice("info", &format!("Content not shown: {}", super::ctx::message(s)))) }
             }
         }
     };

@@ -354,9 +354,13 @@ impl Service {
         payload_id: &str,
     ) -> ApiResult<(PayloadRecord, std::sync::Arc<Structure>)> {
         let (_, payload) = self.payload_for(p, Rpc::Inspect, payload_id).await?;
-        let _slot = self.inspect_slots.try_acquire(&p.tenant).map_err(|r| {
-            super::slot_refused(r, "inspects", "Wait for one to finish, then retry")
-        })?;
+        let _slot = self
+            .inspect_slots
+            .acquire_within(&p.tenant, self.config.limits.slot_wait)
+            .await
+            .map_err(|r| {
+                super::slot_refused(r, "inspects", "Wait for one to finish, then retry")
+            })?;
         let (store, cache) = (self.store.clone(), self.inspect_cache.clone());
         let record = payload.clone();
         let structure = blocking(move || {
@@ -385,13 +389,17 @@ impl Service {
         let session = self.session_for(p, Rpc::Search, &r.session_id).await?;
         tracing::Span::current().record("session_id", tracing::field::display(&session.id));
         check_search(&r)?;
-        let _slot = self.search_slots.try_acquire(&p.tenant).map_err(|r| {
-            super::slot_refused(
-                r,
-                "searches",
-                "Wait for one to finish (each ends by limits.search_timeout), then retry",
-            )
-        })?;
+        let _slot = self
+            .search_slots
+            .acquire_within(&p.tenant, self.config.limits.slot_wait)
+            .await
+            .map_err(|r| {
+                super::slot_refused(
+                    r,
+                    "searches",
+                    "Wait for one to finish (each ends by limits.search_timeout), then retry",
+                )
+            })?;
         let limits = &self.config.limits;
         let max_matches = match r.max_matches {
             0 => 100,

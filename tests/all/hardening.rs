@@ -605,6 +605,8 @@ async fn a_tenant_at_its_search_bound_is_refused_and_another_tenant_still_search
         c.limits.max_concurrent_searches = 8;
         c.limits.max_concurrent_searches_per_tenant = 1;
         c.limits.search_timeout = Duration::from_secs(30);
+        // The second search waits this long for the slot, then is refused.
+        c.limits.slot_wait = Duration::from_millis(200);
     })
     .await;
     let mine = create_session(&server, ALICE).await.id;
@@ -686,6 +688,8 @@ async fn a_tenant_at_its_inspect_bound_is_refused_and_another_tenant_still_inspe
     let server = TestServer::start_with(|c| {
         c.limits.max_concurrent_inspects = 8;
         c.limits.max_concurrent_inspects_per_tenant = 1;
+        // No waiting for a slot: the bound alone is under test here.
+        c.limits.slot_wait = Duration::ZERO;
     })
     .await;
     let mine = create_session(&server, ALICE).await.id;
@@ -750,6 +754,41 @@ async fn a_tenant_at_its_inspect_bound_is_refused_and_another_tenant_still_inspe
         refused >= 1,
         "six concurrent inspects of one tenant against a share of one: some refused ({served} served)"
     );
+}
+
+/// A burst of one tenant's inspects takes turns for its one slot within
+/// `limits.slot_wait` instead of being refused.
+#[tokio::test]
+async fn a_burst_of_inspects_waits_its_turn_for_the_tenants_slot() {
+    let server = TestServer::start_with(|c| {
+        c.limits.max_concurrent_inspects_per_tenant = 1;
+        c.limits.slot_wait = Duration::from_secs(30);
+    })
+    .await;
+    let sid = create_session(&server, ALICE).await.id;
+    let mut p = server.payloads(ALICE).await;
+    let mut ids = Vec::new();
+    for i in 0..12 {
+        let body = format!("[{{\"i\":{i}}}]");
+        let stored = upload(&mut p, header(&sid, "r.json"), body.as_bytes())
+            .await
+            .unwrap();
+        ids.push(stored.id);
+    }
+    let mut calls = Vec::new();
+    for id in ids {
+        let mut c = server.payloads(ALICE).await;
+        calls.push(tokio::spawn(async move {
+            c.inspect(proto::PayloadRequest { payload_id: id }).await
+        }));
+    }
+    for c in calls {
+        let r = c
+            .await
+            .unwrap()
+            .expect("every inspect of the burst is served");
+        assert!(r.into_inner().summary.contains("JSON array"));
+    }
 }
 
 // ---- host file modes ------------------------------------------------------

@@ -71,6 +71,9 @@ test('the compliance flow: policy, hold, refused and granted deletion, receipt, 
   assert.equal(await sourceOf('retention'), 'tenant');
   assert.equal(await sourceOf('session_ttl'), 'server');
 
+  // Back to the tenant's policy form.
+  await page.goto(`${server.base}/policy`);
+
   // Loosening is refused, with the server's message next to the field.
   // Locked now: the label says so, and the field is still reachable by it.
   await page.getByLabel(/^Retention locked: tighten only$/).fill('10d');
