@@ -66,8 +66,9 @@ pub struct SandboxConfig {
     pub max_concurrent_execs: usize,
     /// Execs waiting for a slot; beyond this, `RESOURCE_EXHAUSTED`.
     pub max_queued_execs: usize,
-    /// Execs one tenant may run at once (0: half of
-    /// `max_concurrent_execs`, at least one).
+    /// Execs one tenant may run at once (0: all of `max_concurrent_execs`
+    /// but a reserve of a quarter, at least one, that other tenants always
+    /// find; a single-tenant server keeps most of its capacity).
     pub max_concurrent_execs_per_tenant: usize,
     /// Execs one tenant may have waiting (0: half of `max_queued_execs`,
     /// at least one); beyond this, that tenant gets `RESOURCE_EXHAUSTED`.
@@ -382,7 +383,7 @@ impl Sandbox {
             .unwrap_or_else(|| data_dir.join("cache").join("sandbox"));
         let queued = cfg.max_queued_execs;
         let per_tenant_running = match cfg.max_concurrent_execs_per_tenant {
-            0 => concurrent.div_ceil(2),
+            0 => concurrent.saturating_sub((concurrent / 4).max(1)).max(1),
             n => n,
         };
         let per_tenant_queued = match cfg.max_queued_execs_per_tenant {

@@ -403,6 +403,7 @@ async fn a_tenant_at_its_exec_bound_is_refused_and_another_tenant_still_runs() {
     let server = TestServer::start_with(|c| {
         c.sandbox.max_concurrent_execs = 4;
         c.sandbox.max_queued_execs = 4;
+        c.sandbox.max_concurrent_execs_per_tenant = 2;
     })
     .await;
     let mine = session(&server, ALICE).await;
