@@ -43,6 +43,7 @@ use crate::error::{ApiError, ApiResult};
 pub use audit::{AuditService, event_to_proto};
 pub use codemode::CodeModeService;
 pub use context::{ContextService, messages_from_proto, messages_to_proto};
+pub use convert::receipt as receipt_to_proto;
 pub use payloads::PayloadsService;
 pub use policies::PoliciesService;
 pub use sessions::SessionsService;

@@ -336,38 +336,7 @@ fn signature_ok(ctx: &Ctx, r: &ReceiptRecord) -> bool {
 /// A receipt in the API's JSON form (what the CLI prints with `--json`,
 /// and what the paste form reads back).
 fn receipt_json(r: &ReceiptRecord) -> String {
-    let at = r.deleted_ms.max(0);
-    let message = proto::DeletionReceipt {
-        id: r.id.to_string(),
-        target_id: r.target_id.clone(),
-        reason: r.reason.clone(),
-        requested_by: r.requested_by.clone(),
-        deleted_at: Some(pbjson_types::Timestamp {
-            seconds: at / 1000,
-            nanos: i32::try_from(at % 1000).unwrap_or(0) * 1_000_000,
-        }),
-        deleted_payload_ids: r
-            .deleted_payload_ids
-            .iter()
-            .map(ToString::to_string)
-            .collect(),
-        bytes_deleted: r.bytes_deleted,
-        content_sha256: r.content_sha256.clone(),
-        signature: r.signature.clone(),
-        removed: r
-            .removed
-            .iter()
-            .map(|i| proto::RemovedItem {
-                kind: i.kind.clone(),
-                id: i.id.clone(),
-                session_id: i.session_id.clone(),
-                content_sha256: i.content_sha256.clone(),
-                bytes: i.bytes,
-                because: i.because.clone(),
-            })
-            .collect(),
-    };
-    serde_json::to_string_pretty(&message).unwrap_or_default()
+    serde_json::to_string_pretty(&crate::api::receipt_to_proto(r)).unwrap_or_default()
 }
 
 /// A receipt pasted in the API's JSON form, read back into the record the
