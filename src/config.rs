@@ -317,6 +317,13 @@ impl Config {
             }
             _ => {}
         }
+        if self.store.engine == crate::store::EngineKind::Postgres
+            && self.store.postgres_url.trim().is_empty()
+        {
+            return Err(ConfigError::Invalid(
+                "store.engine = \"postgres\" needs store.postgres_url (postgres://user:password@host:port/db)".into(),
+            ));
+        }
         if let Err(e) = crate::redact::Redactor::compile(&self.policy.redact) {
             return Err(ConfigError::Invalid(format!("policy.redact: {e}")));
         }

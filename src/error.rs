@@ -14,7 +14,7 @@ use crate::ids::IdError;
 use crate::offload::OffloadError;
 use crate::policy::PolicyError;
 use crate::sandbox::SandboxError;
-use crate::store::StoreError;
+use crate::store::{ObjectError, StoreError};
 
 /// An error on its way to a client.
 #[derive(Debug, thiserror::Error)]
@@ -143,6 +143,10 @@ fn store_code(s: &StoreError) -> Code {
             Code::ResourceExhausted
         }
         StoreError::DataLoss(_) => Code::DataLoss,
+        StoreError::Engine(e) if e.unavailable => Code::Unavailable,
+        StoreError::Objects(ObjectError::Unavailable(_)) => Code::Unavailable,
+        StoreError::Objects(ObjectError::Corrupt { .. }) => Code::DataLoss,
+        StoreError::Objects(_) => Code::Internal,
         StoreError::Engine(_) | StoreError::Corrupt(_) | StoreError::Io(_) => Code::Internal,
     }
 }

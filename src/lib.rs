@@ -69,6 +69,8 @@
 //! - [`mcp`]: `spillway mcp serve` and `spillway mcp proxy`, MCP fronts that
 //!   are gRPC clients of a Spillway server.
 //! - [`proto`]: the generated `spillway.v1` types.
+//! - `testing` (hidden): real servers for the project's own tests (a
+//!   throwaway Postgres cluster).
 
 pub mod api;
 pub mod audit;
@@ -98,6 +100,8 @@ pub mod service;
 pub mod shutdown;
 pub mod store;
 pub mod telemetry;
+#[doc(hidden)]
+pub mod testing;
 pub mod text;
 pub mod tls;
 

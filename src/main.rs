@@ -64,16 +64,19 @@ fn main() -> ExitCode {
 async fn serve(args: spillway::cli::ServeArgs) -> anyhow::Result<()> {
     spillway::telemetry::init();
     let env: BTreeMap<String, String> = std::env::vars().collect();
+    let engine = match args.engine.as_deref() {
+        None => None,
+        Some("redb") => Some(EngineKind::Redb),
+        Some("sled") => Some(EngineKind::Sled),
+        Some("postgres") => Some(EngineKind::Postgres),
+        Some(other) => anyhow::bail!(
+            "--engine {other:?} is not an engine; use redb (the default), sled, or postgres (with store.postgres_url)"
+        ),
+    };
     let flags = Overrides {
         listen: args.listen,
         data_dir: args.data_dir,
-        engine: args.engine.map(|e| {
-            if e == "sled" {
-                EngineKind::Sled
-            } else {
-                EngineKind::Redb
-            }
-        }),
+        engine,
     };
     let config = Config::load(args.config.as_deref(), &env, &flags)?;
     let listener = tokio::net::TcpListener::bind(config.listen).await?;

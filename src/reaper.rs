@@ -15,6 +15,15 @@
 //! from the oldest entry; a full rescan also happens every
 //! `reaper.rescan_every` passes as a backstop.
 //!
+//! In fleet mode, where replicas share the metadata, one replica at a time
+//! reaps: the one holding the reaper's lease in the engine
+//! ([`Store::reaper_lease`]). The holder renews it before each step; the
+//! others try each interval and take over once it lapses (`lease_ttl`
+//! after the holder stopped renewing). Each deletion is fenced with the
+//! lease's token, so a holder that stalled past its lease cannot delete
+//! after the new holder started. With an embedded engine the lease is
+//! always granted.
+//!
 //! Time comes from the store's [`crate::clock::Clock`], so tests move a
 //! manual clock forward instead of sleeping through retention periods.
 
@@ -43,6 +52,10 @@ pub struct ReaperConfig {
     pub pause: Duration,
     /// Every this many passes, start again from the oldest entry.
     pub rescan_every: u32,
+    /// How long the reaper's lease lasts without renewal (fleet mode): the
+    /// bound on how long reaping stops when its replica dies.
+    #[serde(with = "humantime_serde")]
+    pub lease_ttl: Duration,
 }
 
 impl Default for ReaperConfig {
@@ -52,6 +65,7 @@ impl Default for ReaperConfig {
             batch: 32,
             pause: Duration::from_millis(20),
             rescan_every: 60,
+            lease_ttl: Duration::from_secs(10),
         }
     }
 }
@@ -83,6 +97,46 @@ impl ReaperHandle {
     }
 }
 
+/// How often a replica looks for deletions to purge from its local copies.
+pub const PURGE_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Starts the purger (fleet mode, payload bytes in a bucket): every
+/// [`PURGE_INTERVAL`] it removes this replica's local copies of what any
+/// replica deleted ([`Store::purge_step`]). Stops when the guard drops.
+pub fn spawn_purger(store: Arc<Store>) -> ReaperGuard {
+    let task = tokio::spawn(async move {
+        let mut cursor: Option<Vec<u8>> = None;
+        loop {
+            let step = {
+                let store = store.clone();
+                let after = cursor.clone();
+                tokio::task::spawn_blocking(move || store.purge_step(after.as_deref())).await
+            };
+            match step {
+                Ok(Ok(step)) => {
+                    if step.removed > 0 {
+                        tracing::info!(removed = step.removed, "purged local copies of deleted payloads");
+                    }
+                    cursor = step.cursor;
+                }
+                Ok(Err(e)) => tracing::warn!(error = %e, "purge step failed; retrying"),
+                Err(e) => tracing::error!(error = %e, "purge step panicked; retrying"),
+            }
+            tokio::time::sleep(PURGE_INTERVAL).await;
+        }
+    });
+    ReaperGuard(task.abort_handle())
+}
+
+/// This process's name as a lease holder: host, process and a random
+/// part, so a restarted replica is a new holder.
+fn replica_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let mut nonce = [0u8; 4];
+    let _ = getrandom::fill(&mut nonce);
+    format!("{}/{}/{}", host.trim(), std::process::id(), hex::encode(nonce))
+}
+
 /// Stops the reaper when dropped (the server holds it until it stops).
 #[derive(Debug)]
 pub struct ReaperGuard(tokio::task::AbortHandle);
@@ -101,9 +155,11 @@ pub fn spawn(
 ) -> (ReaperHandle, ReaperGuard) {
     let handle = ReaperHandle::default();
     let shared = handle.inner.clone();
+    let holder = replica_id();
     let task = tokio::spawn(async move {
         let mut cursor: Option<Vec<u8>> = None;
         let mut passes: u32 = 0;
+        let mut held: Option<u64> = None;
         loop {
             if shared.rescan.swap(false, Ordering::SeqCst) {
                 cursor = None;
@@ -112,14 +168,33 @@ pub fn spawn(
                 let store = store.clone();
                 let after = cursor.clone();
                 let batch = config.batch.max(1);
+                let holder = holder.clone();
+                let ttl = config.lease_ttl;
                 tokio::task::spawn_blocking(move || {
+                    let Some(lease) = store.reaper_lease(&holder, ttl)? else {
+                        return Ok(None);
+                    };
                     let now = store.now_ms();
-                    store.reap_due(now, after.as_deref(), batch)
+                    let step = store.reap_due(&lease, now, after.as_deref(), batch)?;
+                    Ok::<_, crate::store::StoreError>(Some((lease.token, step)))
                 })
                 .await
             };
             let step = match step {
-                Ok(Ok(step)) => step,
+                Ok(Ok(Some((token, step)))) => {
+                    if held != Some(token) && store.is_shared() {
+                        tracing::info!(token, "this replica holds the reaper's lease and reaps");
+                        cursor = None;
+                    }
+                    held = Some(token);
+                    step
+                }
+                Ok(Ok(None)) => {
+                    if held.take().is_some() {
+                        tracing::info!("another replica holds the reaper's lease; this one stops reaping");
+                    }
+                    ReapStep::default()
+                }
                 Ok(Err(e)) => {
                     tracing::error!(error = %e, "reaper step failed; retrying after the interval");
                     ReapStep::default()

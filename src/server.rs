@@ -198,6 +198,18 @@ pub async fn run_with_clock(
         retention: config.policy.retention,
         session_ttl: config.policy.session_ttl,
         cache_bytes: config.store.cache_bytes,
+        postgres: (config.store.engine == crate::store::EngineKind::Postgres).then(|| {
+            crate::store::PostgresSettings {
+                pool_size: config.store.postgres_pool_size,
+                lock_pool_size: config.store.postgres_pool_size,
+                ..crate::store::PostgresSettings::new(config.store.postgres_url.clone())
+            }
+        }),
+        objects: (!config.store.blobs.is_empty()).then(|| crate::store::ObjectSettings {
+            url: config.store.blobs.clone(),
+            s3: config.store.s3.clone(),
+            local_cache_bytes: config.store.local_cache_bytes,
+        }),
     };
     let data_dir = config.data_dir.clone();
     // The store and the audit log share one engine; deletions a crash
@@ -243,6 +255,8 @@ pub async fn run_with_clock(
 
     let (reaper, _reaper_guard) =
         crate::reaper::spawn(store.clone(), audit_log.clone(), config.reaper.clone());
+    let _purger_guard = (!config.store.blobs.is_empty())
+        .then(|| crate::reaper::spawn_purger(store.clone()));
     let config = Arc::new(config);
     let state = Service::new(
         store.clone(),

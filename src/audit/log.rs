@@ -17,6 +17,12 @@
 //! the next one starts the next group. Each event and its chain's head
 //! commit atomically, so a crash leaves whole events and a matching head.
 //!
+//! **Replicas.** On a shared engine (fleet mode), other replicas append to
+//! the same chains. A group commit then holds each touched tenant's lock
+//! across replicas ([`Engine::lock`]) and resumes the chain from its stored
+//! head under it, so appends from every replica form one unbroken chain;
+//! heads are read from the engine, never from this process's memory.
+//!
 //! **Keys.** `tenant \0 seq` with `seq` as a big-endian `u64`, so a range
 //! scan returns a chain in order. Values are the event's JSON (with `hash`)
 //! in the versioned envelope of [`records`].
@@ -260,10 +266,12 @@ fn share(e: &StoreError, engine: &'static str) -> StoreError {
         StoreError::Engine(e) => StoreError::Engine(EngineError {
             engine: e.engine,
             message: e.message.clone(),
+            unavailable: e.unavailable,
         }),
         other => StoreError::Engine(EngineError {
             engine,
             message: format!("audit append failed: {other}"),
+            unavailable: false,
         }),
     }
 }
@@ -332,6 +340,25 @@ impl AuditLog {
     /// only when the commit succeeds.
     fn commit_group(&self, group: Vec<(u64, Vec<NewEvent>)>) -> Result<Vec<Vec<AuditEvent>>> {
         let mut chains = lock(&self.chains);
+        let _replicas = if self.engine.shared() {
+            // Other replicas extend these chains too: hold each one's lock
+            // and resume it from what is stored.
+            let tenants: std::collections::BTreeSet<&str> = group
+                .iter()
+                .flat_map(|(_, events)| events.iter().map(|e| e.tenant.as_str()))
+                .collect();
+            let keys: Vec<_> = tenants
+                .iter()
+                .map(|t| crate::store::engine::lock_key("audit-chain", t.as_bytes()))
+                .collect();
+            let held = self.engine.lock(&keys)?;
+            for t in tenants {
+                chains.remove(t);
+            }
+            held
+        } else {
+            crate::store::engine::EngineLock::local()
+        };
         let time = event_time(self.clock.now_ms());
         let mut touched: HashMap<String, ChainBuilder> = HashMap::new();
         let mut batch = Batch::new();
@@ -429,6 +456,16 @@ impl AuditLog {
 
     /// `tenant`'s chain head: its last `seq` (0 when empty) and `hash`.
     pub fn head(&self, tenant: &str) -> Result<(u64, String)> {
+        if self.engine.shared() {
+            // Another replica may have moved it: the stored head is the head.
+            return Ok(match self.engine.get(Tree::Meta, &head_key(tenant))? {
+                Some(raw) => {
+                    let h: HeadRecord = records::decode(&raw)?;
+                    (h.seq, h.hash)
+                }
+                None => (0, GENESIS_HASH.to_owned()),
+            });
+        }
         let mut chains = lock(&self.chains);
         let b = self.builder(&mut chains, tenant)?;
         Ok((b.next_seq() - 1, b.last_hash().to_owned()))

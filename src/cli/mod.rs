@@ -234,8 +234,8 @@ pub struct ServeArgs {
     /// Data directory (overrides the file and env).
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
-    /// Metadata engine, redb or sled (overrides the file and env).
-    #[arg(long, value_parser = ["redb", "sled"])]
+    /// Metadata engine: redb, sled or postgres (overrides the file and env).
+    #[arg(long, value_parser = ["redb", "sled", "postgres"])]
     pub engine: Option<String>,
 }
 

@@ -39,18 +39,25 @@ const DIR_CACHE: usize = 1024;
 pub struct BlobStore {
     root: Dir,
     cache: Mutex<HashMap<SessionId, Arc<Dir>>>,
+    /// Fleet mode: sessions are made on any replica, and this replica's
+    /// directory for one appears when it first stores into it.
+    create_on_use: bool,
 }
 
 impl BlobStore {
     /// Opens (creating if needed) `<data_dir>/sessions`, owner-only: it
     /// holds every tenant's payloads.
-    pub fn open(data_dir: &Path) -> io::Result<Self> {
+    ///
+    /// With `create_on_use` (fleet mode), a session's directory is made
+    /// when first asked for, since another replica made the session.
+    pub fn open(data_dir: &Path, create_on_use: bool) -> io::Result<Self> {
         let path = data_dir.join("sessions");
         crate::fsutil::make_private(&path)?;
         let root = Dir::open_ambient_dir(&path, ambient_authority())?;
         Ok(Self {
             root,
             cache: Mutex::new(HashMap::new()),
+            create_on_use,
         })
     }
 
@@ -72,7 +79,14 @@ impl BlobStore {
         if let Some(d) = cache.get(id) {
             return Ok(d.clone());
         }
-        let dir = Arc::new(self.root.open_dir(id.as_str())?);
+        let dir = match self.root.open_dir(id.as_str()) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound && self.create_on_use => {
+                self.create_session_dir(id)?;
+                self.root.open_dir(id.as_str())?
+            }
+            other => other?,
+        };
+        let dir = Arc::new(dir);
         if cache.len() >= DIR_CACHE {
             cache.clear();
         }
@@ -177,6 +191,19 @@ impl TempFile {
         Ok(())
     }
 
+    /// A second handle on the file, for writers that need a std file
+    /// (a fetch from object storage).
+    pub fn std_file(&self) -> io::Result<std::fs::File> {
+        let file = self.file.as_ref().ok_or_else(|| io::Error::other("temp file already persisted"))?;
+        Ok(file.try_clone()?.into_std())
+    }
+
+    /// The file opened again for reading (the writer's handle is
+    /// write-only), for an upload to object storage.
+    pub fn reader(&self) -> io::Result<std::fs::File> {
+        Ok(self.dir.open(&self.name)?.into_std())
+    }
+
     /// Flushes the bytes to disk; call before [`TempFile::persist`].
     pub fn sync(&mut self) -> io::Result<()> {
         self.file.as_mut().expect("open until persisted").sync_all()
@@ -242,7 +269,7 @@ mod tests {
     #[test]
     fn a_large_temp_file_is_written_back_in_chunks_and_keeps_every_byte() {
         let tmp = tempfile::tempdir().unwrap();
-        let store = BlobStore::open(tmp.path()).unwrap();
+        let store = BlobStore::open(tmp.path(), false).unwrap();
         let id = SessionId::generate();
         store.create_session_dir(&id).unwrap();
         let dir = store.session_dir(&id).unwrap();
@@ -282,7 +309,7 @@ mod tests {
         // A sessions directory an older version left world-readable.
         std::fs::create_dir(&sessions).unwrap();
         std::fs::set_permissions(&sessions, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let store = BlobStore::open(tmp.path()).unwrap();
+        let store = BlobStore::open(tmp.path(), false).unwrap();
         let id = SessionId::generate();
         store.create_session_dir(&id).unwrap();
         let dir = store.session_dir(&id).unwrap();
@@ -299,7 +326,7 @@ mod tests {
     #[test]
     fn temp_file_vanishes_unless_persisted() {
         let tmp = tempfile::tempdir().unwrap();
-        let store = BlobStore::open(tmp.path()).unwrap();
+        let store = BlobStore::open(tmp.path(), false).unwrap();
         let id = SessionId::generate();
         store.create_session_dir(&id).unwrap();
         let dir = store.session_dir(&id).unwrap();
@@ -318,7 +345,7 @@ mod tests {
     #[test]
     fn session_dirs_refuse_escaping_names() {
         let tmp = tempfile::tempdir().unwrap();
-        let store = BlobStore::open(tmp.path()).unwrap();
+        let store = BlobStore::open(tmp.path(), false).unwrap();
         let id = SessionId::generate();
         store.create_session_dir(&id).unwrap();
         let dir = store.session_dir(&id).unwrap();

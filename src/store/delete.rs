@@ -22,7 +22,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::io;
-use std::sync::MutexGuard;
 
 use super::engine::{Batch, Tree};
 use super::records::{
@@ -61,6 +60,8 @@ pub struct Request<'a> {
     pub requested_by: &'a str,
     /// The reason recorded in the receipt.
     pub reason: &'a str,
+    /// The reaper's lease: its deletions commit only while it holds it.
+    pub fence: Option<&'a super::engine::Lease>,
 }
 
 /// Kind byte of an expiry entry for a closed session whose payloads are
@@ -79,6 +80,79 @@ struct Plan {
     touched: BTreeSet<SessionId>,
 }
 
+/// The key of a deletion's purge entry: in time order.
+fn purge_key(deleted_ms: crate::clock::Millis, receipt: &ReceiptId) -> Vec<u8> {
+    let mut k = (deleted_ms.max(0) as u64).to_be_bytes().to_vec();
+    k.extend_from_slice(receipt.as_str().as_bytes());
+    k
+}
+
+/// How long purge entries stay for replicas to tail; a replica away for
+/// longer reconciles its directory at startup instead.
+const PURGE_KEEP_MS: u64 = 3_600_000;
+
+/// What one pass over the purge log did.
+#[derive(Debug, Default)]
+pub struct PurgeStep {
+    /// Local copies removed.
+    pub removed: u64,
+    /// Where the next pass resumes.
+    pub cursor: Option<Vec<u8>>,
+}
+
+impl Store {
+    /// Removes this replica's local copies of what deletions (on any
+    /// replica) removed since `after`, and drops purge entries older than
+    /// an hour. Called every moment by the server in fleet mode.
+    pub fn purge_step(&self, after: Option<&[u8]>) -> Result<PurgeStep> {
+        let mut step = PurgeStep {
+            cursor: after.map(<[u8]>::to_vec),
+            ..PurgeStep::default()
+        };
+        let start = after.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded);
+        let entries = self
+            .engine
+            .range(Tree::Purges, start, std::ops::Bound::Unbounded, 256)?;
+        for (key, value) in entries {
+            let copies: Vec<(String, String)> = serde_json::from_slice(&value).unwrap_or_default();
+            for (sid, name) in copies {
+                let Ok(sid) = SessionId::parse(&sid) else {
+                    continue;
+                };
+                if let Some(objects) = &self.objects {
+                    objects.cache.removed(&sid, &name);
+                }
+                let Ok(dir) = self.blobs.session_dir(&sid) else {
+                    continue;
+                };
+                if dir.remove_file(&name).is_ok() {
+                    step.removed += 1;
+                }
+            }
+            step.cursor = Some(key);
+        }
+        let old = self.now_ms().max(0) as u64;
+        let horizon = old.saturating_sub(PURGE_KEEP_MS).to_be_bytes();
+        let stale = self.engine.range(
+            Tree::Purges,
+            std::ops::Bound::Unbounded,
+            std::ops::Bound::Excluded(horizon.as_slice()),
+            256,
+        )?;
+        if !stale.is_empty() {
+            let mut b = Batch::new();
+            for (k, _) in stale {
+                b.delete(Tree::Purges, k);
+            }
+            self.engine.commit(&b)?;
+        }
+        Ok(step)
+    }
+}
+
+/// The name of the deletion lock across replicas.
+const DELETE_LOCK: &str = "deletions";
+
 /// How many times planning retries when the set of sessions involved
 /// changes between planning and locking.
 const PLAN_ATTEMPTS: usize = 8;
@@ -87,10 +161,10 @@ impl Store {
     /// Deletes `req.target` and everything derived from it; returns the
     /// signed receipt once the deletion is complete and durable.
     pub fn delete(&self, req: &Request<'_>) -> Result<ReceiptRecord> {
-        let _one_at_a_time = self.delete_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let _one_at_a_time = self.lock_named(&self.delete_lock, DELETE_LOCK)?;
         let mut plan = self.plan(&req.target)?;
         for _ in 0..PLAN_ATTEMPTS {
-            let _guards = self.lock_all(&plan.touched);
+            let _guards = self.lock_all(&plan.touched)?;
             let fresh = self.plan(&req.target)?;
             if fresh.touched != plan.touched {
                 // A derived payload appeared in another session meanwhile.
@@ -113,6 +187,10 @@ impl Store {
         &self,
         finished: &mut dyn FnMut(&ReceiptRecord) -> Result<()>,
     ) -> Result<usize> {
+        // On a shared engine, another replica's deletion in progress has an
+        // intent too: the deletion lock waits for it to finish, so only
+        // intents whose deleter crashed are left.
+        let _one_at_a_time = self.lock_named(&self.delete_lock, DELETE_LOCK)?;
         let mut count = 0;
         loop {
             let batch = self
@@ -140,12 +218,19 @@ impl Store {
         }
     }
 
-    fn lock_all(&self, sessions: &BTreeSet<SessionId>) -> Vec<MutexGuard<'_, ()>> {
+    /// Locks the stripes of `sessions` in ascending order, here and (on a
+    /// shared engine) across replicas.
+    fn lock_all(&self, sessions: &BTreeSet<SessionId>) -> Result<super::Held<'_>> {
         let stripes: BTreeSet<usize> = sessions.iter().map(|s| self.stripe_of(s)).collect();
-        stripes
-            .into_iter()
-            .map(|i| self.stripes[i].lock().unwrap_or_else(|p| p.into_inner()))
-            .collect()
+        let local = stripes
+            .iter()
+            .map(|&i| self.stripes[i].lock().unwrap_or_else(|p| p.into_inner()))
+            .collect();
+        let keys: Vec<_> = stripes.into_iter().map(Store::stripe_key).collect();
+        Ok(super::Held {
+            _engine: self.engine.lock(&keys)?,
+            _local: local,
+        })
     }
 
     fn plan(&self, target: &Target) -> Result<Plan> {
@@ -230,6 +315,16 @@ impl Store {
                 session_id: p.session_id.to_string(),
                 ..Default::default()
             });
+            if let Some(objects) = &self.objects {
+                plan.items.push(RemovedItem {
+                    kind: removed::OBJECT.into(),
+                    id: objects.key(&p.session_id, &p.id).to_string(),
+                    session_id: p.session_id.to_string(),
+                    content_sha256: p.sha256.clone(),
+                    bytes: p.size,
+                    because: "the bucket's object, and every replica's local copy (purged through the metadata store)".into(),
+                });
+            }
             plan.payloads.push(p);
         }
         for sid in &plan.touched {
@@ -351,6 +446,24 @@ impl Store {
             records::encode(&intent),
         )
         .put(Tree::DeletedTargets, req.target.id(), receipt.id.as_str());
+        if self.objects.is_some() {
+            // Every replica's local copies go too: each tails this.
+            let copies: Vec<(String, String)> = intent
+                .payloads
+                .iter()
+                .map(|p| (p.session_id.to_string(), p.name.clone()))
+                .collect();
+            b.put(
+                Tree::Purges,
+                purge_key(receipt.deleted_ms, &receipt.id),
+                serde_json::to_vec(&copies).expect("strings serialize"),
+            );
+        }
+        if let Some(lease) = req.fence {
+            // Once the intent is in, finishing is safe for anyone; a reaper
+            // that lost its lease must not start one.
+            b.fence(lease);
+        }
         for p in &intent.payloads {
             b.put(Tree::DeletedTargets, p.id.as_str(), receipt.id.as_str());
         }
@@ -369,6 +482,18 @@ impl Store {
     }
 
     fn remove_files(&self, intent: &DeletionIntent) -> Result<()> {
+        if let Some(objects) = &self.objects {
+            objects.delete_all(
+                intent
+                    .payloads
+                    .iter()
+                    .map(|p| (p.session_id.clone(), p.id.clone()))
+                    .collect(),
+            )?;
+            for p in &intent.payloads {
+                objects.cache.removed(&p.session_id, &p.name);
+            }
+        }
         let deleted: HashSet<&SessionId> = intent.sessions.iter().map(|s| &s.id).collect();
         let mut dirs: BTreeMap<&SessionId, ()> = BTreeMap::new();
         for p in intent

@@ -1,7 +1,12 @@
 //! The storage-engine interface: named trees of byte keys and values, with
 //! point reads, ordered range scans, and atomic, durable batches that span
-//! trees. Two implementations sit behind it ([`super::redb_engine`] and
-//! [`super::sled_engine`]); everything above this file is engine-agnostic.
+//! trees. Three implementations sit behind it: the embedded
+//! [`super::redb_engine`] and [`super::sled_engine`], and
+//! [`super::postgres_engine`] for fleet mode, where many replicas share one
+//! engine. Everything above this file is engine-agnostic: what sharing
+//! changes ([`Engine::shared`]) is said here, as cross-process locks
+//! ([`Engine::lock`]) and leases ([`Engine::lease`]) that the embedded
+//! engines grant trivially, since one process owns their file.
 
 use std::ops::Bound;
 
@@ -45,6 +50,9 @@ pub enum Tree {
     /// has to remove. Written before any file goes; finished at startup
     /// after a crash.
     DeletionIntents,
+    /// `deleted_ms(be) receipt_id` → the local copies a deletion purges
+    /// (fleet mode): every replica tails it and removes its copies.
+    Purges,
 }
 
 /// The metadata engine's page cache when the configuration names none:
@@ -54,7 +62,7 @@ pub const DEFAULT_CACHE_BYTES: usize = 64 << 20;
 
 impl Tree {
     /// Every tree, in a fixed order.
-    pub const ALL: [Tree; 15] = [
+    pub const ALL: [Tree; 16] = [
         Tree::Meta,
         Tree::Sessions,
         Tree::TenantSessions,
@@ -70,6 +78,7 @@ impl Tree {
         Tree::TenantPolicies,
         Tree::Derived,
         Tree::DeletionIntents,
+        Tree::Purges,
     ];
 
     /// The tree's name inside the engine.
@@ -90,6 +99,7 @@ impl Tree {
             Tree::TenantPolicies => "tenant_policies.v1",
             Tree::Derived => "derived.v1",
             Tree::DeletionIntents => "deletion_intents.v1",
+            Tree::Purges => "purges.v1",
         }
     }
 
@@ -117,6 +127,58 @@ pub struct Op {
 #[derive(Debug, Clone, Default)]
 pub struct Batch {
     ops: Vec<Op>,
+    fence: Option<Lease>,
+}
+
+/// A lease on a named role (the reaper) as granted by [`Engine::lease`]:
+/// its holder may act in the role until the lease expires. The token grows
+/// each time the lease changes hands, so a batch fenced with an old token
+/// ([`Batch::fence`]) is refused once another holder has taken over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The role.
+    pub name: &'static str,
+    /// The fencing token.
+    pub token: u64,
+}
+
+/// The keys of cross-process locks ([`Engine::lock`]): 64-bit numbers
+/// derived from what they protect, the same in every replica.
+pub type LockKey = i64;
+
+/// The lock key of `scope` (a room's name) and `id` within it: the first
+/// eight bytes of their SHA-256, so every replica derives the same key.
+pub fn lock_key(scope: &str, id: &[u8]) -> LockKey {
+    use sha2::Digest as _;
+    let mut h = sha2::Sha256::new();
+    h.update(scope.as_bytes());
+    h.update([0]);
+    h.update(id);
+    let d = h.finalize();
+    LockKey::from_be_bytes(d[..8].try_into().expect("a digest has 32 bytes"))
+}
+
+/// Cross-process locks held until this drops ([`Engine::lock`]).
+#[must_use = "the locks are released when this is dropped"]
+pub struct EngineLock(#[allow(dead_code)] Option<Box<dyn Send>>);
+
+impl EngineLock {
+    /// Holds nothing: an engine one process owns needs no more than the
+    /// caller's in-process locks.
+    pub fn local() -> Self {
+        EngineLock(None)
+    }
+
+    /// Holds `guard` (which releases the locks when dropped).
+    pub fn holding(guard: impl Send + 'static) -> Self {
+        EngineLock(Some(Box::new(guard)))
+    }
+}
+
+impl std::fmt::Debug for EngineLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "EngineLock(held)" } else { "EngineLock(local)" })
+    }
 }
 
 impl Batch {
@@ -159,6 +221,19 @@ impl Batch {
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
     }
+
+    /// Commits the batch only while `lease` is still held with its token:
+    /// a holder that lost its lease (paused, partitioned) cannot write
+    /// after another holder took over.
+    pub fn fence(&mut self, lease: &Lease) -> &mut Self {
+        self.fence = Some(lease.clone());
+        self
+    }
+
+    /// The lease the batch is fenced by, if any.
+    pub fn fenced_by(&self) -> Option<&Lease> {
+        self.fence.as_ref()
+    }
 }
 
 /// A key-value pair returned by a scan.
@@ -172,6 +247,9 @@ pub struct EngineError {
     pub engine: &'static str,
     /// What it said.
     pub message: String,
+    /// The engine could not be reached (a shared engine's database is down
+    /// or unreachable): worth retrying, unlike a fault in the data.
+    pub unavailable: bool,
 }
 
 impl EngineError {
@@ -179,6 +257,15 @@ impl EngineError {
         Self {
             engine,
             message: e.to_string(),
+            unavailable: false,
+        }
+    }
+
+    /// An engine that cannot be reached now.
+    pub(crate) fn unavailable(engine: &'static str, e: impl std::fmt::Display) -> Self {
+        Self {
+            unavailable: true,
+            ..Self::new(engine, e)
         }
     }
 }
@@ -208,6 +295,37 @@ pub trait Engine: Send + Sync + 'static {
     /// Makes everything committed durable and releases what can be released;
     /// called at shutdown.
     fn flush(&self) -> Result<(), EngineError>;
+
+    /// True when other processes (fleet replicas) share this engine: what a
+    /// process caches from it may be stale, and read-modify-write must hold
+    /// [`Engine::lock`]. False for an engine one process owns.
+    fn shared(&self) -> bool {
+        false
+    }
+
+    /// Takes cross-process locks on `keys` (in ascending order, so two
+    /// callers never deadlock), blocking until all are held; they are
+    /// released when the returned guard drops. An engine one process owns
+    /// returns at once with nothing held: the caller's in-process locks
+    /// already exclude every other writer.
+    fn lock(&self, keys: &[LockKey]) -> Result<EngineLock, EngineError> {
+        let _ = keys;
+        Ok(EngineLock::local())
+    }
+
+    /// Takes or renews the lease on `name` for `holder` for `ttl`: the
+    /// lease, when `holder` holds it now, or `None` while another holder's
+    /// lease runs. An engine one process owns always grants it, with token
+    /// 1 (there is no other holder).
+    fn lease(
+        &self,
+        name: &'static str,
+        holder: &str,
+        ttl: std::time::Duration,
+    ) -> Result<Option<Lease>, EngineError> {
+        let _ = (holder, ttl);
+        Ok(Some(Lease { name, token: 1 }))
+    }
 
     /// Writes one key durably.
     fn put(&self, tree: Tree, key: &[u8], value: &[u8]) -> Result<(), EngineError> {
@@ -374,6 +492,61 @@ pub(crate) fn conformance(engine: &dyn Engine) {
         Some(b"256".to_vec())
     );
     engine.flush().unwrap();
+}
+
+/// What two handles on one shared engine (two replicas) must agree on:
+/// writes, locks, leases and fences. Both start from an empty database.
+#[cfg(test)]
+pub(crate) fn shared_conformance(a: &dyn Engine, b: &dyn Engine) {
+    use std::time::{Duration, Instant};
+    assert!(a.shared() && b.shared());
+    // A commit through one is read through the other.
+    a.put(Tree::Sessions, b"s", b"1").unwrap();
+    assert_eq!(b.get(Tree::Sessions, b"s").unwrap(), Some(b"1".to_vec()));
+
+    // A lock held by one blocks the other until it is released; other
+    // keys stay free.
+    let k = lock_key("test", b"k");
+    let held = a.lock(&[k]).unwrap();
+    let free = b.lock(&[lock_key("test", b"other")]).unwrap();
+    drop(free);
+    let start = Instant::now();
+    std::thread::scope(|scope| {
+        let waiter = scope.spawn(|| {
+            let _g = b.lock(&[k, lock_key("test", b"other")]).unwrap();
+            start.elapsed()
+        });
+        std::thread::sleep(Duration::from_millis(400));
+        drop(held);
+        let waited = waiter.join().unwrap();
+        assert!(
+            waited >= Duration::from_millis(400),
+            "the second replica took the lock after {waited:?}, while the first held it"
+        );
+    });
+
+    // One holder at a time; renewal keeps the token, a takeover after
+    // expiry raises it.
+    let ttl = Duration::from_millis(800);
+    let first = a.lease("test-role", "A", ttl).unwrap().expect("a free lease is granted");
+    assert_eq!(b.lease("test-role", "B", ttl).unwrap(), None, "held by A");
+    assert_eq!(a.lease("test-role", "A", ttl).unwrap(), Some(first.clone()), "renewed");
+    std::thread::sleep(ttl + Duration::from_millis(300));
+    let second = b.lease("test-role", "B", ttl).unwrap().expect("a lapsed lease is taken over");
+    assert!(second.token > first.token, "{second:?} after {first:?}");
+    assert_eq!(a.lease("test-role", "A", ttl).unwrap(), None, "now held by B");
+
+    // A batch fenced by the lost lease is refused and changes nothing; the
+    // new holder's commits.
+    let mut stale = Batch::new();
+    stale.put(Tree::Expiry, b"e", b"old").fence(&first);
+    let e = a.commit(&stale).unwrap_err();
+    assert!(e.message.contains("lease"), "{e}");
+    assert_eq!(b.get(Tree::Expiry, b"e").unwrap(), None);
+    let mut current = Batch::new();
+    current.put(Tree::Expiry, b"e", b"new").fence(&second);
+    b.commit(&current).unwrap();
+    assert_eq!(a.get(Tree::Expiry, b"e").unwrap(), Some(b"new".to_vec()));
 }
 
 #[cfg(test)]

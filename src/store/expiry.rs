@@ -11,7 +11,7 @@ use std::ops::Bound;
 use std::time::Duration;
 
 use super::delete::{EXPIRY_CLOSE, Request, Target};
-use super::engine::{Batch, Tree};
+use super::engine::{Batch, Lease, Tree};
 use super::records::{self, ReceiptRecord, SessionRecord, keys};
 use super::{Result, Store, StoreError};
 use crate::clock::{self, Millis};
@@ -38,7 +38,13 @@ pub struct ReapStep {
 impl Store {
     /// Deletes up to `max` due entries (expiry at or before `now`) after
     /// `after`, in expiry order.
-    pub fn reap_due(&self, now: Millis, after: Option<&[u8]>, max: usize) -> Result<ReapStep> {
+    pub fn reap_due(
+        &self,
+        lease: &Lease,
+        now: Millis,
+        after: Option<&[u8]>,
+        max: usize,
+    ) -> Result<ReapStep> {
         let end = keys::expiry(now.saturating_add(1), 0, "");
         let start = after.map_or(Bound::Unbounded, Bound::Excluded);
         let entries =
@@ -50,13 +56,13 @@ impl Store {
             ..Default::default()
         };
         for (key, _) in entries {
-            self.reap_entry(&key, &mut step)?;
+            self.reap_entry(lease, &key, &mut step)?;
             step.cursor = Some(key);
         }
         Ok(step)
     }
 
-    fn reap_entry(&self, key: &[u8], step: &mut ReapStep) -> Result<()> {
+    fn reap_entry(&self, lease: &Lease, key: &[u8], step: &mut ReapStep) -> Result<()> {
         let Some((when, kind, id)) = parse_key(key) else {
             tracing::error!("dropping a malformed expiry entry");
             return Ok(self.engine.delete(Tree::Expiry, key)?);
@@ -108,6 +114,7 @@ impl Store {
             target,
             requested_by: REAPER,
             reason,
+            fence: Some(lease),
         }) {
             Ok(r) => step.receipts.push(r),
             // A derived payload in a held session holds this one back.
@@ -146,7 +153,7 @@ impl Store {
                 let id = SessionId::parse(&String::from_utf8_lossy(&key[prefix.len() + 8..]))
                     .map_err(|e| StoreError::Invalid(e.to_string()))?;
                 after = Some(key);
-                let _guard = self.lock(&id);
+                let _guard = self.lock(&id)?;
                 let Some(mut s) = self.session_opt(&id)? else {
                     continue;
                 };

@@ -13,6 +13,30 @@ use crate::clock::ManualClock;
 
 const HOUR: Duration = Duration::from_secs(3600);
 
+/// The reaper's lease, as the reaper takes it (Postgres fences the
+/// reaper's deletions with it).
+fn lease(store: &Store) -> engine::Lease {
+    store
+        .reaper_lease("lifecycle-test", HOUR)
+        .unwrap()
+        .expect("the only holder")
+}
+
+/// With Postgres, the database of the store in `dir` (made on first use,
+/// remembered in the directory so a reopen finds it).
+fn postgres_for(dir: &Path, engine: EngineKind) -> Option<PostgresSettings> {
+    if engine != EngineKind::Postgres {
+        return None;
+    }
+    let file = dir.join("test-postgres-url");
+    let url = std::fs::read_to_string(&file).unwrap_or_else(|_| {
+        let url = crate::testing::postgres::database().url();
+        std::fs::write(&file, &url).unwrap();
+        url
+    });
+    Some(PostgresSettings::new(url))
+}
+
 fn open(dir: &Path, engine: EngineKind, clock: &ManualClock) -> Store {
     let settings = StoreSettings {
         engine,
@@ -20,6 +44,8 @@ fn open(dir: &Path, engine: EngineKind, clock: &ManualClock) -> Store {
         retention: 24 * HOUR,
         session_ttl: 48 * HOUR,
         cache_bytes: engine::DEFAULT_CACHE_BYTES,
+        postgres: postgres_for(dir.as_ref(), engine),
+        objects: None,
     };
     open_with(dir, settings, clock, Arc::new(NoContentCache), &mut |_| {
         Ok(())
@@ -48,7 +74,7 @@ fn open_with(
 }
 
 fn each_engine(test: impl Fn(EngineKind)) {
-    for engine in [EngineKind::Redb, EngineKind::Sled] {
+    for engine in [EngineKind::Redb, EngineKind::Sled, EngineKind::Postgres] {
         test(engine);
     }
 }
@@ -166,6 +192,7 @@ fn deleting_a_payload_takes_what_derives_from_it_and_the_receipt_lists_everythin
                 target: Target::Payload(parent.id.clone()),
                 requested_by: "alice",
                 reason: "test",
+                fence: None,
             })
             .unwrap();
         assert_eq!(kinds(&r, removed::PAYLOAD), vec![parent.id.to_string()]);
@@ -267,14 +294,14 @@ fn the_reaper_deletes_what_expired_skips_held_sessions_and_finds_overdue_work_af
             clock.advance(23 * HOUR);
             let kept = put(&store, &s.id, b"new\n", UploadMeta::default()).unwrap();
             // Nothing is due yet.
-            let step = store.reap_due(store.now_ms(), None, 64).unwrap();
+            let step = store.reap_due(&lease(&store), store.now_ms(), None, 64).unwrap();
             assert!(step.receipts.is_empty());
             (held_payload.id, kept.id, expired.id, s.id)
         };
         // Down for two hours: the first payloads' 24 h retention passes.
         clock.advance(2 * HOUR);
         let store = open(dir.path(), engine, &clock);
-        let step = store.reap_due(store.now_ms(), None, 64).unwrap();
+        let step = store.reap_due(&lease(&store), store.now_ms(), None, 64).unwrap();
         assert_eq!(step.receipts.len(), 1, "{engine:?}");
         assert_eq!(step.receipts[0].target_id, expired_id.as_str());
         assert_eq!(step.receipts[0].requested_by, expiry::REAPER);
@@ -285,13 +312,13 @@ fn the_reaper_deletes_what_expired_skips_held_sessions_and_finds_overdue_work_af
         // Lifting the hold makes the held payload deletable.
         let held_session = store.payload(&held_id).unwrap().session_id;
         store.set_legal_hold(&held_session, None).unwrap();
-        let step = store.reap_due(store.now_ms(), None, 64).unwrap();
+        let step = store.reap_due(&lease(&store), store.now_ms(), None, 64).unwrap();
         assert_eq!(step.receipts.len(), 1);
         assert!(store.payload(&held_id).is_err());
 
         // The session TTL (48 h) takes the session and what is left in it.
         clock.advance(24 * HOUR);
-        let step = store.reap_due(store.now_ms(), None, 64).unwrap();
+        let step = store.reap_due(&lease(&store), store.now_ms(), None, 64).unwrap();
         assert!(
             step.receipts
                 .iter()
@@ -330,16 +357,16 @@ fn closing_with_delete_on_close_deletes_the_payloads_unless_held_then_the_reaper
             .unwrap();
         let (_, receipt) = store.close_session(&held.id, true).unwrap();
         assert!(receipt.is_none());
-        assert_eq!(store.reap_due(store.now_ms(), None, 64).unwrap().held, 1);
+        assert_eq!(store.reap_due(&lease(&store), store.now_ms(), None, 64).unwrap().held, 1);
         assert!(store.payload(&q.id).is_ok());
         store.set_legal_hold(&held.id, None).unwrap();
-        let step = store.reap_due(store.now_ms(), None, 64).unwrap();
+        let step = store.reap_due(&lease(&store), store.now_ms(), None, 64).unwrap();
         assert_eq!(step.receipts.len(), 1);
         assert!(store.payload(&q.id).is_err());
         // Done: the pending entry is gone too.
         assert!(
             store
-                .reap_due(store.now_ms(), None, 64)
+                .reap_due(&lease(&store), store.now_ms(), None, 64)
                 .unwrap()
                 .receipts
                 .is_empty()
@@ -405,6 +432,8 @@ fn a_deletion_interrupted_after_its_intent_is_finished_at_the_next_open() {
             retention: 24 * HOUR,
             session_ttl: 48 * HOUR,
             cache_bytes: engine::DEFAULT_CACHE_BYTES,
+            postgres: postgres_for(dir.as_ref(), engine),
+        objects: None,
         };
         let mut reported = Vec::new();
         let (store, report) = open_with(
@@ -464,6 +493,8 @@ fn freeing_bytes_forgets_their_cached_inspect_result_and_the_receipt_lists_it() 
             retention: 24 * HOUR,
             session_ttl: 48 * HOUR,
             cache_bytes: engine::DEFAULT_CACHE_BYTES,
+            postgres: postgres_for(dir.as_ref(), engine),
+        objects: None,
         };
         let cache = Arc::new(Recording::default());
         let (store, _) = open_with(dir.path(), settings, &clock, cache.clone(), &mut |_| Ok(()));

@@ -1,5 +1,5 @@
 //! Durable session storage: metadata in typed trees over one
-//! [`engine::Engine`] (redb or sled), payload bytes in per-session
+//! [`engine::Engine`] (redb or sled, or Postgres shared by fleet replicas), payload bytes in per-session
 //! directories reached through cap-std. The store only stores: it audits
 //! nothing (a deletion returns its receipt, and the caller audits it; the
 //! [`crate::audit`] log is a separate room over the same engine, see
@@ -29,6 +29,8 @@ pub mod engine;
 mod expiry;
 mod lines;
 mod names;
+pub mod object_blobs;
+mod postgres_engine;
 mod read;
 mod reconcile;
 pub mod records;
@@ -64,6 +66,8 @@ pub use records::{
     LegalHold, PayloadRecord, ReceiptRecord, RemovedItem, SessionRecord, SessionState,
     TenantPolicyRecord,
 };
+pub use object_blobs::{CacheStats, ObjectBlobs, ObjectError, S3Config};
+pub use postgres_engine::{PostgresEngine, PostgresSettings};
 pub use redb_engine::RedbEngine;
 pub use sled_engine::SledEngine;
 
@@ -145,6 +149,9 @@ pub enum StoreError {
     /// The disk is full.
     #[error("the server's disk is full; delete payloads or sessions, or retry later")]
     DiskFull,
+    /// Object storage (fleet mode) failed or is unreachable.
+    #[error(transparent)]
+    Objects(#[from] ObjectError),
     /// The metadata engine failed.
     #[error(transparent)]
     Engine(#[from] EngineError),
@@ -195,6 +202,23 @@ pub struct StoreSettings {
     pub session_ttl: Duration,
     /// The metadata engine's page cache, in bytes.
     pub cache_bytes: usize,
+    /// The Postgres database and pool, with `engine = postgres`.
+    pub postgres: Option<PostgresSettings>,
+    /// Payload bytes in a bucket (`s3://bucket/prefix`), with the local
+    /// copies bounded by `local_cache_bytes`; `None` keeps them on the
+    /// local disk only.
+    pub objects: Option<ObjectSettings>,
+}
+
+/// Where payload bytes go in fleet mode.
+#[derive(Debug, Clone)]
+pub struct ObjectSettings {
+    /// `s3://bucket/prefix`.
+    pub url: String,
+    /// Endpoint and credentials.
+    pub s3: S3Config,
+    /// Bytes of local copies each replica keeps at most.
+    pub local_cache_bytes: u64,
 }
 
 /// What a new session is made of.
@@ -266,6 +290,13 @@ pub struct Page<T> {
 
 const LOCK_STRIPES: usize = 64;
 
+/// Locks held in this process and, on a shared engine, across replicas;
+/// the replicas' locks go first when this drops.
+struct Held<'a> {
+    _engine: engine::EngineLock,
+    _local: Vec<MutexGuard<'a, ()>>,
+}
+
 /// The store.
 pub struct Store {
     engine: Arc<dyn Engine>,
@@ -283,6 +314,9 @@ pub struct Store {
     /// Results derived from stored bytes and cached outside the store
     /// (the Inspect cache); a deletion that frees bytes forgets theirs.
     content_cache: Arc<dyn ContentCache>,
+    /// The bucket that holds every payload's bytes (fleet mode); the local
+    /// directories are then a bounded cache of it.
+    objects: Option<ObjectBlobs>,
 }
 
 /// What is derived from stored bytes and cached by their SHA-256 outside
@@ -338,6 +372,14 @@ pub fn open_engine(data_dir: &Path, settings: &StoreSettings) -> Result<Arc<dyn 
             crate::fsutil::make_private(&path)?;
             Arc::new(engine)
         }
+        EngineKind::Postgres => {
+            let pg = settings.postgres.as_ref().ok_or_else(|| {
+                StoreError::Invalid(
+                    "store.engine = \"postgres\" needs store.postgres_url".into(),
+                )
+            })?;
+            Arc::new(postgres_engine::PostgresEngine::open(pg)?)
+        }
     };
     check_schema(engine.as_ref())?;
     Ok(engine)
@@ -362,14 +404,25 @@ impl Store {
         content_cache: Arc<dyn ContentCache>,
         finished: &mut dyn FnMut(&ReceiptRecord) -> Result<()>,
     ) -> Result<(Self, ReconcileReport)> {
+        let shared = engine.shared();
+        let objects = match &settings.objects {
+            Some(o) => Some(ObjectBlobs::open(&o.url, &o.s3, o.local_cache_bytes)?),
+            None => None,
+        };
+        let receipt_key = if shared {
+            signing::load_or_create_shared_key(engine.as_ref())?
+        } else {
+            signing::load_or_create_key(data_dir)?
+        };
         let store = Self {
             engine,
-            blobs: BlobStore::open(data_dir)?,
+            blobs: BlobStore::open(data_dir, shared)?,
             clock,
             settings,
             stripes: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
             content_cache,
-            receipt_key: signing::load_or_create_key(data_dir)?,
+            receipt_key,
+            objects,
             policy_lock: Mutex::new(()),
             delete_lock: Mutex::new(()),
         };
@@ -389,22 +442,53 @@ impl Store {
         self.clock.now_ms()
     }
 
+    /// Takes or renews the reaper's lease for `holder` (this replica) for
+    /// `ttl`: `None` while another replica holds it. An embedded engine
+    /// always grants it.
+    pub fn reaper_lease(&self, holder: &str, ttl: Duration) -> Result<Option<engine::Lease>> {
+        Ok(self.engine.lease(REAPER, holder, ttl)?)
+    }
+
+    /// Whether replicas share the metadata (fleet mode).
+    pub fn is_shared(&self) -> bool {
+        self.engine.shared()
+    }
+
     /// Flushes the engine; called at shutdown.
     pub fn flush(&self) -> Result<()> {
         Ok(self.engine.flush()?)
     }
 
     fn stripe_of(&self, session: &SessionId) -> usize {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        session.hash(&mut h);
-        (h.finish() as usize) % self.stripes.len()
+        // The same stripe in every replica: the stripe names the lock that
+        // a shared engine holds across them.
+        let key = engine::lock_key("session", session.as_str().as_bytes());
+        (key.unsigned_abs() % self.stripes.len() as u64) as usize
     }
 
-    fn lock(&self, session: &SessionId) -> MutexGuard<'_, ()> {
-        self.stripes[self.stripe_of(session)]
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+    /// The lock key, across replicas, of stripe `i`.
+    fn stripe_key(i: usize) -> engine::LockKey {
+        engine::lock_key("session-stripe", &i.to_be_bytes())
+    }
+
+    /// Locks a session's metadata for a read-modify-write: its stripe in
+    /// this process and, on a shared engine, in every replica.
+    fn lock(&self, session: &SessionId) -> Result<Held<'_>> {
+        let i = self.stripe_of(session);
+        let local = self.stripes[i].lock().unwrap_or_else(|p| p.into_inner());
+        Ok(Held {
+            _engine: self.engine.lock(&[Self::stripe_key(i)])?,
+            _local: vec![local],
+        })
+    }
+
+    /// Takes `local` (in this process) and the lock `key` across replicas.
+    fn lock_named<'a>(&self, local: &'a Mutex<()>, key: &str) -> Result<Held<'a>> {
+        let local = local.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(Held {
+            _engine: self.engine.lock(&[engine::lock_key("store", key.as_bytes())])?,
+            _local: vec![local],
+        })
     }
 
     // ---- sessions -------------------------------------------------------
@@ -531,7 +615,7 @@ impl Store {
         delete_on_close: bool,
     ) -> Result<(SessionRecord, Option<ReceiptRecord>)> {
         let s = {
-            let _guard = self.lock(id);
+            let _guard = self.lock(id)?;
             let mut s = self.session(id)?;
             if s.state == SessionState::Closed {
                 return Ok((s, None));
@@ -558,6 +642,7 @@ impl Store {
             target: delete::Target::SessionContents(id.clone()),
             requested_by: &s.owner,
             reason: "session closed with delete_on_close",
+            fence: None,
         }) {
             Ok(receipt) => Ok((self.session(id)?, Some(receipt))),
             // The reaper got to it first.
@@ -583,12 +668,13 @@ impl Store {
             target: delete::Target::Session(id.clone()),
             requested_by,
             reason,
+            fence: None,
         })
     }
 
     /// Places (`Some`) or lifts (`None`) a legal hold on a session.
     pub fn set_legal_hold(&self, id: &SessionId, hold: Option<LegalHold>) -> Result<SessionRecord> {
-        let _guard = self.lock(id);
+        let _guard = self.lock(id)?;
         let mut s = self.session(id)?;
         s.legal_hold = hold.is_some();
         s.hold = hold;
@@ -615,7 +701,7 @@ impl Store {
         tenant: &str,
         update: impl FnOnce(Option<&TenantPolicyRecord>) -> Result<TenantPolicyRecord, E>,
     ) -> Result<TenantPolicyRecord, E> {
-        let _guard = self.policy_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let _guard = self.lock_named(&self.policy_lock, "tenant-policies")?;
         let current = self.tenant_policy(tenant)?;
         let record = update(current.as_ref())?;
         debug_assert_eq!(record.tenant, tenant);
@@ -713,7 +799,60 @@ impl Store {
         if p.missing {
             return Err(StoreError::DataLoss(p.id.clone()));
         }
-        Ok(self.blobs.session_dir(&p.session_id)?)
+        let dir = self.blobs.session_dir(&p.session_id)?;
+        self.ensure_local(&dir, p)?;
+        Ok(dir)
+    }
+
+    /// With object storage, makes sure this replica has the payload's
+    /// bytes in `dir` (its session directory): a copy already here is
+    /// used, else one fetch fills it (verified, then renamed into place)
+    /// while concurrent readers of the same payload wait for it.
+    fn ensure_local(&self, dir: &Arc<cap_std::fs::Dir>, p: &PayloadRecord) -> Result<()> {
+        let Some(objects) = &self.objects else {
+            return Ok(());
+        };
+        if dir.metadata(&p.name).is_ok() {
+            objects.cache.hit(&p.session_id, &p.name, p.size);
+            return Ok(());
+        }
+        let lock = objects.fetch_lock(&p.id);
+        let _one_fetch = lock.lock().unwrap_or_else(|e| e.into_inner());
+        if dir.metadata(&p.name).is_ok() {
+            objects.cache.hit(&p.session_id, &p.name, p.size);
+            return Ok(());
+        }
+        let temp = TempFile::create(dir.clone())?;
+        objects.get_into(&p.session_id, &p.id, temp.std_file()?, p.size, &p.sha256)?;
+        temp.persist(&p.name)?;
+        blobs::fsync_dir(dir)?;
+        tracing::info!(payload_id = %p.id, bytes = p.size, "fetched a payload from object storage");
+        let evict = objects.cache.added(&p.session_id, &p.name, p.size, true);
+        self.evict(evict);
+        Ok(())
+    }
+
+    /// Removes local copies the cache gave up (their objects stay).
+    fn evict(&self, copies: Vec<(SessionId, String)>) {
+        for (session, name) in copies {
+            if let Ok(dir) = self.blobs.session_dir(&session) {
+                let _ = dir.remove_file(&name);
+            }
+        }
+    }
+
+    /// The local copies' counters, with object storage.
+    pub fn cache_stats(&self) -> Option<CacheStats> {
+        self.objects.as_ref().map(|o| o.cache.stats())
+    }
+
+    /// Whether the bucket holds a payload's object (`None` without object
+    /// storage).
+    pub fn object_exists(&self, p: &PayloadRecord) -> Result<Option<bool>> {
+        match &self.objects {
+            Some(o) => Ok(Some(o.exists(&p.session_id, &p.id)?)),
+            None => Ok(None),
+        }
     }
 
     fn payload_opt(&self, id: &PayloadId) -> Result<Option<PayloadRecord>> {
@@ -761,6 +900,7 @@ impl Store {
             return Err(StoreError::DataLoss(p.id.clone()));
         }
         let dir = self.blobs.session_dir(&p.session_id)?;
+        self.ensure_local(&dir, p)?;
         dir.open(&p.name).map_err(|e| match e.kind() {
             io::ErrorKind::NotFound => StoreError::DataLoss(p.id.clone()),
             _ => e.into(),
@@ -796,6 +936,7 @@ impl Store {
             target: delete::Target::Payload(id.clone()),
             requested_by,
             reason,
+            fence: None,
         })
     }
 
@@ -996,7 +1137,31 @@ impl PendingUpload<'_> {
         }
         self.temp.sync()?;
         let store = self.store;
-        let _guard = store.lock(&self.session);
+        let id = PayloadId::generate();
+        let Some(objects) = &store.objects else {
+            return self.commit(id, facts);
+        };
+        // With a bucket, the object is complete before anything commits
+        // (an acknowledged payload is whole there), and it is put before
+        // the session's lock is taken, so uploads into one session do not
+        // wait for each other's transfers. Refused after all (a quota, a
+        // closed session), the object goes again.
+        let session = self.session.clone();
+        objects.put_file(&session, &id, self.temp.reader()?, facts.size)?;
+        let committed = self.commit(id.clone(), facts);
+        if committed.is_err()
+            && let Err(e) = objects.delete_all(vec![(session, id)])
+        {
+            tracing::warn!(error = %e, "could not remove the object of a refused upload; reconciliation removes it");
+        }
+        committed
+    }
+
+    /// Names, checks and commits a finished upload under the session's
+    /// lock.
+    fn commit(mut self, id: PayloadId, facts: content::ContentFacts) -> Result<PayloadRecord> {
+        let store = self.store;
+        let _guard = store.lock(&self.session)?;
         let mut s = store.session(&self.session)?;
         if s.state != SessionState::Open {
             return Err(StoreError::SessionClosed(self.session.clone()));
@@ -1017,7 +1182,7 @@ impl PendingUpload<'_> {
         let name = store.unique_name(&self.session, &base)?;
         let now = store.now_ms();
         let record = PayloadRecord {
-            id: PayloadId::generate(),
+            id,
             session_id: self.session.clone(),
             name,
             size: facts.size,
@@ -1073,6 +1238,10 @@ impl PendingUpload<'_> {
             s.usage_bytes += record.size;
         }
         s.usage_payloads += 1;
+        if let Some(objects) = &store.objects {
+            let evict = objects.cache.added(&s.id, &record.name, record.size, false);
+            store.evict(evict);
+        }
         let mut b = Batch::new();
         b.put(Tree::Payloads, record.id.as_str(), records::encode(&record))
             .put(

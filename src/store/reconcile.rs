@@ -2,6 +2,13 @@
 //! files, payload files no record names, and session directories no session
 //! owns; marks payloads whose file is gone as missing; recreates a missing
 //! session directory. Logs what it repaired, by ID only.
+//!
+//! On a shared engine (fleet mode), or with the bytes in a bucket, the
+//! metadata describes more than this replica's directory holds (its files
+//! are its own uploads and a cache of the bucket): it
+//! reconciles its own directories (temporary and unrecorded files, and
+//! directories of sessions that are gone), and never marks a payload
+//! missing for a file that lives elsewhere.
 
 use std::collections::HashSet;
 
@@ -54,6 +61,16 @@ pub(super) fn reconcile(store: &Store) -> Result<ReconcileReport> {
             report.orphan_dirs_removed += 1;
         }
     }
+    if store.engine.shared() || store.objects.is_some() {
+        for name in store.blobs.list_session_dirs()? {
+            if let Ok(id) = SessionId::parse(&name) {
+                reconcile_session(store, &id, false, &mut report)?;
+                report.sessions_checked += 1;
+            }
+        }
+        log(&report);
+        return Ok(report);
+    }
     let mut after: Option<Vec<u8>> = None;
     loop {
         let batch = store.engine.range(
@@ -68,7 +85,7 @@ pub(super) fn reconcile(store: &Store) -> Result<ReconcileReport> {
         for (key, _) in batch {
             let id = SessionId::parse(&String::from_utf8_lossy(&key))
                 .map_err(|e| super::StoreError::Invalid(e.to_string()))?;
-            reconcile_session(store, &id, &mut report)?;
+            reconcile_session(store, &id, true, &mut report)?;
             report.sessions_checked += 1;
             after = Some(key);
         }
@@ -76,6 +93,11 @@ pub(super) fn reconcile(store: &Store) -> Result<ReconcileReport> {
             break;
         }
     }
+    log(&report);
+    Ok(report)
+}
+
+fn log(report: &ReconcileReport) {
     if report.is_clean() {
         tracing::info!(
             sessions = report.sessions_checked,
@@ -91,11 +113,20 @@ pub(super) fn reconcile(store: &Store) -> Result<ReconcileReport> {
             "storage reconciled: repaired"
         );
     }
-    Ok(report)
 }
 
-fn reconcile_session(store: &Store, id: &SessionId, report: &mut ReconcileReport) -> Result<()> {
-    store.blobs.create_session_dir(id)?;
+/// Reconciles one session's directory; `owns_all` when this process holds
+/// every file of the store (an embedded engine), so a file not found is a
+/// payload missing.
+fn reconcile_session(
+    store: &Store,
+    id: &SessionId,
+    owns_all: bool,
+    report: &mut ReconcileReport,
+) -> Result<()> {
+    if owns_all {
+        store.blobs.create_session_dir(id)?;
+    }
     let dir = store.blobs.session_dir(id)?;
     let records: Vec<PayloadRecord> = store.session_payloads(id)?;
     let expected: HashSet<&str> = records.iter().map(|p| p.name.as_str()).collect();
@@ -120,7 +151,7 @@ fn reconcile_session(store: &Store, id: &SessionId, report: &mut ReconcileReport
     if removed {
         blobs::fsync_dir(&dir)?;
     }
-    for mut p in records {
+    for mut p in records.into_iter().filter(|_| owns_all) {
         if !present.contains(&p.name) && !p.missing {
             tracing::error!(session_id = %id, payload_id = %p.id, "payload file is missing; marking the payload missing");
             p.missing = true;

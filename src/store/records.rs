@@ -258,6 +258,9 @@ pub mod removed {
     pub const INSPECT_CACHE: &str = "inspect_cache";
     /// Stored bytes whose last reference went (deduplicated content).
     pub const CONTENT_BLOB: &str = "content_blob";
+    /// A payload's object in the bucket (fleet mode), with every
+    /// replica's local copy.
+    pub const OBJECT: &str = "object";
 }
 
 /// A deletion in progress, written before anything is removed so that a

@@ -1,9 +1,12 @@
 //! The store's side of receipt signing ([`crate::receipt`]): the key file
-//! in the data directory, made at first start, and a stored receipt's
-//! signed fields.
+//! in the data directory, made at first start (or, in fleet mode, one key
+//! in the shared engine, so a receipt signed by any replica verifies on
+//! every one), and a stored receipt's signed fields.
 
 use std::path::Path;
 
+use super::StoreError;
+use super::engine::{Engine, Tree, lock_key};
 use super::records::ReceiptRecord;
 use crate::receipt::{KEY_FILE, ReceiptKey, Signed};
 
@@ -38,6 +41,32 @@ pub fn load_or_create_key(data_dir: &Path) -> std::io::Result<ReceiptKey> {
         }
         Err(e) => Err(e),
     }
+}
+
+/// The receipt key's entry in [`Tree::Meta`] on a shared engine.
+const SHARED_KEY: &[u8] = b"receipt_key";
+
+/// Loads the fleet's receipt key from the shared engine, making it once
+/// (under a lock across replicas, so two first starts agree on one key).
+pub fn load_or_create_shared_key(engine: &dyn Engine) -> Result<ReceiptKey, StoreError> {
+    let parse = |raw: Vec<u8>| {
+        std::str::from_utf8(&raw)
+            .ok()
+            .and_then(ReceiptKey::from_hex)
+            .ok_or_else(|| StoreError::Invalid("the stored receipt key is not 64 hex digits".into()))
+    };
+    if let Some(raw) = engine.get(Tree::Meta, SHARED_KEY)? {
+        return parse(raw);
+    }
+    let _one = engine.lock(&[lock_key("store", SHARED_KEY)])?;
+    if let Some(raw) = engine.get(Tree::Meta, SHARED_KEY)? {
+        return parse(raw);
+    }
+    let mut key = [0u8; 32];
+    getrandom::fill(&mut key).map_err(|e| StoreError::Io(std::io::Error::other(e)))?;
+    let key = ReceiptKey::from_bytes(key);
+    engine.put(Tree::Meta, SHARED_KEY, key.to_hex().as_bytes())?;
+    Ok(key)
 }
 
 #[cfg(test)]

@@ -127,6 +127,10 @@ async fn open_engine(data_dir: &Path) -> Box<dyn Engine> {
                 spillway::store::SledEngine::open(&data_dir.join("meta.sled"))
                     .map(|e| Box::new(e) as Box<dyn Engine>)
             }
+            spillway::config::EngineKind::Postgres => spillway::store::PostgresEngine::open(
+                &spillway::store::PostgresSettings::new(crate::common::postgres_url_for(data_dir)),
+            )
+            .map(|e| Box::new(e) as Box<dyn Engine>),
         };
         match opened {
             Ok(engine) => return engine,

@@ -3,7 +3,10 @@
 //! child process, for crash and memory tests.
 //!
 //! The metadata engine comes from `SPILLWAY_TEST_ENGINE` (`redb` default,
-//! `sled`), so `make test` runs the whole suite against both.
+//! `sled`, `postgres`), so `make test` runs the whole suite against each.
+//! With `postgres`, every data directory gets its own database in the test
+//! process's throwaway cluster (`spillway::testing::postgres`), kept for
+//! the directory's lifetime so a restarted server finds its metadata.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -40,11 +43,47 @@ pub const ALICE: &str = "tok-alice";
 pub const BOB: &str = "tok-bob";
 pub const MALLORY: &str = "tok-mallory";
 
+/// An engine a test binary chose for all its servers (the fleet tests run
+/// on Postgres whatever `SPILLWAY_TEST_ENGINE` says).
+static ENGINE: std::sync::OnceLock<EngineKind> = std::sync::OnceLock::new();
+
+/// Makes every server of this test process use `kind`.
+#[allow(dead_code)]
+pub fn use_engine(kind: EngineKind) {
+    let _ = ENGINE.set(kind);
+}
+
 pub fn engine() -> EngineKind {
+    if let Some(kind) = ENGINE.get() {
+        return *kind;
+    }
     match std::env::var("SPILLWAY_TEST_ENGINE").as_deref() {
         Ok("sled") => EngineKind::Sled,
+        Ok("postgres") => EngineKind::Postgres,
         _ => EngineKind::Redb,
     }
+}
+
+/// The Postgres database of the server whose data lives in `data_dir`:
+/// made on first use and remembered in the directory, so a restart of
+/// that server opens the same one (and replicas whose directories name the
+/// same database share it).
+pub fn postgres_url_for(data_dir: &Path) -> String {
+    let file = data_dir.join("test-postgres-url");
+    if let Ok(url) = std::fs::read_to_string(&file) {
+        return url;
+    }
+    {
+        use std::os::unix::fs::DirBuilderExt as _;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(data_dir)
+            .unwrap();
+    }
+    let url = spillway::testing::postgres::database().url();
+    std::fs::write(&file, &url).unwrap();
+    url
 }
 
 pub fn cast_tokens() -> Vec<TokenConfig> {
@@ -189,6 +228,9 @@ pub fn test_config(dir: &Path) -> Config {
         ..Config::default()
     };
     config.store.engine = engine();
+    if engine() == EngineKind::Postgres {
+        config.store.postgres_url = postgres_url_for(&config.data_dir);
+    }
     config.auth.tokens = cast_tokens();
     config.sandbox.images_dir = images_dir();
     config.sandbox.cache_dir = Some(compile_cache());
@@ -465,6 +507,9 @@ impl ProcessServer {
             .stderr(std::fs::File::create(&log).unwrap());
         if let Some(c) = config {
             cmd.arg("--config").arg(c);
+        }
+        if engine() == EngineKind::Postgres {
+            cmd.env("SPILLWAY_STORE__POSTGRES_URL", postgres_url_for(data_dir));
         }
         cmd.envs(env.iter().copied());
         let child = cmd.spawn().unwrap();

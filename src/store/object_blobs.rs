@@ -1,0 +1,470 @@
+//! Payload bytes in S3-compatible object storage (`store.blobs =
+//! "s3://bucket/prefix"`), for fleet mode: every replica reads what any
+//! replica stored, and the bytes outgrow one disk.
+//!
+//! **Objects.** One per payload, at `<prefix>/<session_id>/<payload_id>`.
+//! An upload goes to the object (multipart above [`PART_BYTES`]) after its
+//! bytes are complete and hashed locally and before the metadata commits,
+//! so an acknowledged payload is always whole in the bucket; an upload that
+//! fails midway is aborted, which removes its parts.
+//!
+//! **The local copy.** Exec preopens, Search's maps and Inspect read local
+//! files, so the session directories on each replica are a cache of the
+//! bucket: [`ObjectBlobs::fetch`] fills a missing copy (sha256 and size
+//! verified before it becomes visible, one fetch per payload however many
+//! readers wait), and [`LocalCache`] evicts least recently used copies past
+//! its byte bound. Deletion removes the objects and every replica's copy
+//! (see `super::delete`).
+//!
+//! **Blocking.** The store is blocking and object_store is async: this owns
+//! a small runtime and waits on a channel, from any thread.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io::{Read as _, Write as _};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStoreExt as _, PutPayload, WriteMultipart};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
+use tokio_stream::StreamExt as _;
+
+use crate::ids::{PayloadId, SessionId};
+
+/// Uploads above this size go multipart, in parts of this size.
+pub const PART_BYTES: usize = 8 << 20;
+/// Parts in flight at once per upload.
+const PART_CONCURRENCY: usize = 2;
+
+/// The `[store.s3]` section: where the bucket is and how to sign. Empty
+/// fields fall back to the standard `AWS_*` environment variables.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct S3Config {
+    /// The endpoint, for S3-compatible stores (`http://127.0.0.1:8333`).
+    pub endpoint: String,
+    /// The region (`us-east-1` when neither this nor `AWS_REGION` is set).
+    pub region: String,
+    /// Access key ID (else `AWS_ACCESS_KEY_ID`).
+    pub access_key_id: String,
+    /// Secret access key (else `AWS_SECRET_ACCESS_KEY`).
+    pub secret_access_key: String,
+    /// Allow a plain-HTTP endpoint (loopback test stores).
+    pub allow_http: bool,
+}
+
+/// Errors of object storage, with what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum ObjectError {
+    /// The bucket could not be reached or refused the call.
+    #[error("object storage is unavailable: {0}; the payload bytes are safe where they were, retry once the bucket is reachable")]
+    Unavailable(String),
+    /// A fetched copy did not match its record.
+    #[error("the stored object of payload {payload} does not match its record ({what}); it was not used")]
+    Corrupt {
+        /// The payload.
+        payload: PayloadId,
+        /// What differed.
+        what: String,
+    },
+    /// The configuration names no usable bucket.
+    #[error("store.blobs: {0}")]
+    Config(String),
+    /// A local file operation failed.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+/// Parses `s3://bucket/prefix` into the bucket and the prefix.
+pub fn parse_url(url: &str) -> Result<(String, String), ObjectError> {
+    let rest = url.strip_prefix("s3://").ok_or_else(|| {
+        ObjectError::Config(format!(
+            "{url:?} is not an s3:// URL; use \"s3://bucket/prefix\" or leave it empty for the local disk"
+        ))
+    })?;
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    if bucket.is_empty() {
+        return Err(ObjectError::Config(format!("{url:?} names no bucket")));
+    }
+    Ok((bucket.to_owned(), prefix.trim_matches('/').to_owned()))
+}
+
+/// Counters of the local copies, for metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Reads served by a local copy.
+    pub hits: u64,
+    /// Reads that fetched from the bucket.
+    pub misses: u64,
+    /// Bytes fetched.
+    pub fetched_bytes: u64,
+    /// Copies evicted.
+    pub evictions: u64,
+    /// Bytes held now.
+    pub bytes: u64,
+}
+
+/// The bound and the recency order of the local copies.
+#[derive(Debug)]
+pub struct LocalCache {
+    limit: u64,
+    inner: Mutex<CacheState>,
+}
+
+#[derive(Debug, Default)]
+struct CacheState {
+    entries: HashMap<(SessionId, String), (u64, Instant)>,
+    stats: CacheStats,
+}
+
+impl LocalCache {
+    /// A cache that holds at most `limit` bytes of copies.
+    pub fn new(limit: u64) -> Self {
+        Self {
+            limit,
+            inner: Mutex::new(CacheState::default()),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, CacheState> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Notes a read served locally.
+    pub fn hit(&self, session: &SessionId, name: &str, size: u64) {
+        let mut s = self.state();
+        s.stats.hits += 1;
+        let now = Instant::now();
+        let added = s
+            .entries
+            .insert((session.clone(), name.to_owned()), (size, now))
+            .is_none();
+        if added {
+            s.stats.bytes += size;
+        }
+    }
+
+    /// Notes a copy now present (stored here or fetched); returns the
+    /// copies to evict, least recently used first, to get back under the
+    /// bound (never the one just added).
+    pub fn added(&self, session: &SessionId, name: &str, size: u64, fetched: bool) -> Vec<(SessionId, String)> {
+        let mut s = self.state();
+        if fetched {
+            s.stats.misses += 1;
+            s.stats.fetched_bytes += size;
+        }
+        let key = (session.clone(), name.to_owned());
+        if s.entries.insert(key.clone(), (size, Instant::now())).is_none() {
+            s.stats.bytes += size;
+        }
+        let mut out = Vec::new();
+        if s.stats.bytes <= self.limit {
+            return out;
+        }
+        let mut order: Vec<_> = s
+            .entries
+            .iter()
+            .filter(|(k, _)| **k != key)
+            .map(|(k, (size, at))| (*at, k.clone(), *size))
+            .collect();
+        order.sort();
+        for (_, k, size) in order {
+            if s.stats.bytes <= self.limit {
+                break;
+            }
+            s.entries.remove(&k);
+            s.stats.bytes -= size;
+            s.stats.evictions += 1;
+            out.push(k);
+        }
+        out
+    }
+
+    /// Forgets a copy that was removed.
+    pub fn removed(&self, session: &SessionId, name: &str) {
+        let mut s = self.state();
+        if let Some((size, _)) = s.entries.remove(&(session.clone(), name.to_owned())) {
+            s.stats.bytes -= size;
+        }
+    }
+
+    /// The counters now.
+    pub fn stats(&self) -> CacheStats {
+        self.state().stats
+    }
+}
+
+/// The bucket, its runtime, and the fetches in flight.
+pub struct ObjectBlobs {
+    store: Arc<AmazonS3>,
+    prefix: String,
+    rt: Option<tokio::runtime::Runtime>,
+    handle: tokio::runtime::Handle,
+    /// One lock per payload being fetched, so concurrent readers wait for
+    /// one fetch instead of starting their own.
+    fetching: Mutex<HashMap<PayloadId, Arc<Mutex<()>>>>,
+    /// The local copies' bound and order.
+    pub cache: LocalCache,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for ObjectBlobs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectBlobs")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for ObjectBlobs {
+    fn drop(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+fn unavailable(e: impl std::fmt::Display) -> ObjectError {
+    ObjectError::Unavailable(e.to_string())
+}
+
+impl ObjectBlobs {
+    /// Connects to the bucket of `url` (`s3://bucket/prefix`), keeping at
+    /// most `cache_bytes` of local copies.
+    pub fn open(url: &str, config: &S3Config, cache_bytes: u64) -> Result<Self, ObjectError> {
+        // The HTTP client's TLS uses the process's rustls provider (ring,
+        // as for the gRPC listener); installing it twice is harmless.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let (bucket, prefix) = parse_url(url)?;
+        let mut b = AmazonS3Builder::from_env().with_bucket_name(bucket);
+        if !config.endpoint.is_empty() {
+            b = b
+                .with_endpoint(&config.endpoint)
+                .with_virtual_hosted_style_request(false);
+        }
+        if !config.region.is_empty() {
+            b = b.with_region(&config.region);
+        } else if std::env::var_os("AWS_REGION").is_none()
+            && std::env::var_os("AWS_DEFAULT_REGION").is_none()
+        {
+            b = b.with_region("us-east-1");
+        }
+        if !config.access_key_id.is_empty() {
+            b = b.with_access_key_id(&config.access_key_id);
+        }
+        if !config.secret_access_key.is_empty() {
+            b = b.with_secret_access_key(&config.secret_access_key);
+        }
+        let store = b
+            .with_allow_http(config.allow_http)
+            .build()
+            .map_err(|e| ObjectError::Config(e.to_string()))?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("spillway-objects")
+            .enable_all()
+            .build()?;
+        let handle = rt.handle().clone();
+        Ok(Self {
+            store: Arc::new(store),
+            prefix,
+            rt: Some(rt),
+            handle,
+            fetching: Mutex::new(HashMap::new()),
+            cache: LocalCache::new(cache_bytes),
+            timeout: Duration::from_secs(120),
+        })
+    }
+
+    fn run<T: Send + 'static>(
+        &self,
+        f: impl Future<Output = Result<T, ObjectError>> + Send + 'static,
+    ) -> Result<T, ObjectError> {
+        let timeout = self.timeout;
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.handle.spawn(async move {
+            let out = match tokio::time::timeout(timeout, f).await {
+                Ok(r) => r,
+                Err(_) => Err(unavailable(format!(
+                    "no answer within {} s",
+                    timeout.as_secs()
+                ))),
+            };
+            let _ = tx.send(out);
+        });
+        rx.recv()
+            .map_err(|_| unavailable("the object-storage runtime stopped"))?
+    }
+
+    /// The object of a payload.
+    pub fn key(&self, session: &SessionId, payload: &PayloadId) -> ObjectPath {
+        let rel = format!("{session}/{payload}");
+        if self.prefix.is_empty() {
+            ObjectPath::from(rel)
+        } else {
+            ObjectPath::from(format!("{}/{rel}", self.prefix))
+        }
+    }
+
+    /// Stores `file` (complete, `size` bytes) as the payload's object;
+    /// returns once the object is complete. A failure aborts the upload,
+    /// so no parts are left behind.
+    pub fn put_file(
+        &self,
+        session: &SessionId,
+        payload: &PayloadId,
+        file: std::fs::File,
+        size: u64,
+    ) -> Result<(), ObjectError> {
+        let store = self.store.clone();
+        let key = self.key(session, payload);
+        self.run(async move {
+            let mut file = file;
+            if size <= PART_BYTES as u64 {
+                let mut buf = Vec::with_capacity(size as usize);
+                file.read_to_end(&mut buf)?;
+                store
+                    .put(&key, PutPayload::from(buf))
+                    .await
+                    .map_err(unavailable)?;
+                return Ok(());
+            }
+            let upload = store.put_multipart(&key).await.map_err(unavailable)?;
+            let mut w = WriteMultipart::new_with_chunk_size(upload, PART_BYTES);
+            let mut buf = vec![0u8; PART_BYTES];
+            let result: Result<(), ObjectError> = async {
+                loop {
+                    let n = file.read(&mut buf)?;
+                    if n == 0 {
+                        return Ok(());
+                    }
+                    w.wait_for_capacity(PART_CONCURRENCY)
+                        .await
+                        .map_err(unavailable)?;
+                    w.write(&buf[..n]);
+                }
+            }
+            .await;
+            match result {
+                Ok(()) => w.finish().await.map(|_| ()).map_err(unavailable),
+                Err(e) => {
+                    if let Err(abort) = w.abort().await {
+                        tracing::warn!(error = %abort, "could not abort a failed multipart upload; the bucket's lifecycle rule removes its parts");
+                    }
+                    Err(e)
+                }
+            }
+        })
+    }
+
+    /// Fetches the payload's object into `dest` (a new temporary file),
+    /// checking its size and SHA-256 against the record.
+    pub fn get_into(
+        &self,
+        session: &SessionId,
+        payload: &PayloadId,
+        mut dest: std::fs::File,
+        size: u64,
+        sha256: &str,
+    ) -> Result<(), ObjectError> {
+        let store = self.store.clone();
+        let key = self.key(session, payload);
+        let (payload, sha256) = (payload.clone(), sha256.to_owned());
+        self.run(async move {
+            let got = store.get(&key).await.map_err(unavailable)?;
+            let mut stream = got.into_stream();
+            let mut hash = Sha256::new();
+            let mut n = 0u64;
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(unavailable)?;
+                n += chunk.len() as u64;
+                if n > size {
+                    break;
+                }
+                hash.update(&chunk);
+                dest.write_all(&chunk)?;
+            }
+            let actual = hex::encode(hash.finalize());
+            if n != size || actual != sha256 {
+                return Err(ObjectError::Corrupt {
+                    payload,
+                    what: format!("{n} bytes with sha256 {actual}, expected {size} bytes with {sha256}"),
+                });
+            }
+            dest.sync_all()?;
+            Ok(())
+        })
+    }
+
+    /// Removes the payloads' objects; one already gone is fine.
+    pub fn delete_all(&self, objects: Vec<(SessionId, PayloadId)>) -> Result<(), ObjectError> {
+        let store = self.store.clone();
+        let keys: Vec<ObjectPath> = objects.iter().map(|(s, p)| self.key(s, p)).collect();
+        self.run(async move {
+            for key in keys {
+                match store.delete(&key).await {
+                    Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                    Err(e) => return Err(unavailable(e)),
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Whether the payload's object exists (tests and reconciliation).
+    pub fn exists(&self, session: &SessionId, payload: &PayloadId) -> Result<bool, ObjectError> {
+        let store = self.store.clone();
+        let key = self.key(session, payload);
+        self.run(async move {
+            match store.head(&key).await {
+                Ok(_) => Ok(true),
+                Err(object_store::Error::NotFound { .. }) => Ok(false),
+                Err(e) => Err(unavailable(e)),
+            }
+        })
+    }
+
+    /// The lock that makes concurrent readers of one payload share one
+    /// fetch; the caller holds it while it checks for and fills the copy.
+    pub fn fetch_lock(&self, payload: &PayloadId) -> Arc<Mutex<()>> {
+        let mut f = self.fetching.lock().unwrap_or_else(|p| p.into_inner());
+        if f.len() > 4096 {
+            f.retain(|_, l| Arc::strong_count(l) > 1);
+        }
+        f.entry(payload.clone()).or_default().clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bucket_url_splits_into_bucket_and_prefix() {
+        assert_eq!(
+            parse_url("s3://b/some/prefix/").unwrap(),
+            ("b".into(), "some/prefix".into())
+        );
+        assert_eq!(parse_url("s3://b").unwrap(), ("b".into(), String::new()));
+        assert!(parse_url("file:///x").unwrap_err().to_string().contains("not an s3:// URL"));
+        assert!(parse_url("s3:///x").unwrap_err().to_string().contains("names no bucket"));
+    }
+
+    #[test]
+    fn the_cache_evicts_least_recently_used_copies_past_its_bound() {
+        let c = LocalCache::new(100);
+        let s = SessionId::generate();
+        assert!(c.added(&s, "a", 40, true).is_empty());
+        assert!(c.added(&s, "b", 40, true).is_empty());
+        c.hit(&s, "a", 40);
+        // c pushes it to 120: b is the least recently used.
+        assert_eq!(c.added(&s, "c", 40, true), vec![(s.clone(), "b".to_owned())]);
+        let st = c.stats();
+        assert_eq!((st.bytes, st.evictions, st.hits, st.misses), (80, 1, 1, 3));
+        c.removed(&s, "a");
+        assert_eq!(c.stats().bytes, 40);
+    }
+}

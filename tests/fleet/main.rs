@@ -1,0 +1,419 @@
+//! Fleet mode: three real replicas (the release of `spillway serve` as
+//! child processes), each with its own data directory, sharing one
+//! Postgres database (metadata, audit chains, locks, leases) and one
+//! SeaweedFS bucket (payload bytes). Both servers are started by the tests
+//! (`spillway::testing`) on free loopback ports.
+
+#[path = "../all/common.rs"]
+#[allow(dead_code)]
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::*;
+use spillway::config::EngineKind;
+use spillway::proto::{self, audit_client::AuditClient, policies_client::PoliciesClient};
+use tonic::Code;
+
+/// Three replicas over one database and one bucket.
+struct Fleet {
+    _dir: tempfile::TempDir,
+    replicas: Vec<ProcessServer>,
+    db: spillway::testing::postgres::Database,
+    data_dirs: Vec<PathBuf>,
+}
+
+impl Fleet {
+    async fn start(extra_config: &str) -> Fleet {
+        use_engine(EngineKind::Postgres);
+        let dir = tempfile::tempdir().unwrap();
+        let db = spillway::testing::postgres::database();
+        let (bucket, s3) = spillway::testing::s3::bucket();
+        let config = write_config(dir.path());
+        let mut text = std::fs::read_to_string(&config).unwrap();
+        text.push_str(&format!(
+            "[store]\nblobs = {bucket:?}\n\n[store.s3]\nendpoint = {:?}\nregion = {:?}\naccess_key_id = {:?}\nsecret_access_key = {:?}\nallow_http = true\n\n{extra_config}",
+            s3.endpoint, s3.region, s3.access_key_id, s3.secret_access_key
+        ));
+        std::fs::write(&config, text).unwrap();
+        let mut replicas = Vec::new();
+        let mut data_dirs = Vec::new();
+        for i in 0..3 {
+            let data = dir.path().join(format!("replica-{i}"));
+            std::fs::create_dir_all(&data).unwrap();
+            // The same database for every replica (see postgres_url_for).
+            std::fs::write(data.join("test-postgres-url"), db.url()).unwrap();
+            let log = dir.path().join(format!("replica-{i}.log"));
+            replicas.push(ProcessServer::start(Some(&config), &data, log).await);
+            data_dirs.push(data);
+        }
+        Fleet {
+            _dir: dir,
+            replicas,
+            db,
+            data_dirs,
+        }
+    }
+
+    fn log(&self, i: usize) -> String {
+        std::fs::read_to_string(&self.replicas[i].log).unwrap_or_default()
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for i in 0..self.replicas.len() {
+                let log = self.log(i);
+                let tail: Vec<&str> = log.lines().rev().take(15).collect();
+                eprintln!("--- replica {i}, last lines of its log:");
+                for l in tail.into_iter().rev() {
+                    eprintln!("{l}");
+                }
+            }
+        }
+    }
+}
+
+fn payload_file(data_dir: &Path, session: &str, name: &str) -> PathBuf {
+    data_dir.join("sessions").join(session).join(name)
+}
+
+async fn session_with(fleet: &Fleet, policy: proto::Policy) -> proto::Session {
+    fleet.replicas[0]
+        .sessions(ALICE)
+        .await
+        .create_session(proto::CreateSessionRequest {
+            label: "fleet".into(),
+            policy: Some(policy),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+#[tokio::test]
+async fn a_payload_stored_through_one_replica_is_read_whole_through_the_others() {
+    let fleet = Fleet::start("").await;
+    let session = session_with(&fleet, proto::Policy::default()).await;
+    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    let stored = upload(
+        &mut fleet.replicas[0].payloads(ALICE).await,
+        header(&session.id, "big.bin"),
+        &data,
+    )
+    .await
+    .unwrap();
+    assert_eq!(stored.sha256, sha256_hex(&data));
+    for r in &fleet.replicas[1..] {
+        let got = download(&mut r.payloads(ALICE).await, &stored.id).await.unwrap();
+        assert_eq!(sha256_hex(&got), stored.sha256, "read through another replica");
+    }
+    // The second replica now has a local copy, verified on the way in.
+    assert!(payload_file(&fleet.data_dirs[1], &session.id, &stored.name).exists());
+}
+
+#[tokio::test]
+async fn twenty_concurrent_cold_readers_fetch_the_object_once() {
+    let fleet = Fleet::start("").await;
+    let session = session_with(&fleet, proto::Policy::default()).await;
+    let data = b"{\"k\":1}\n".repeat(200_000);
+    let stored = upload(
+        &mut fleet.replicas[0].payloads(ALICE).await,
+        header(&session.id, "rows.ndjson"),
+        &data,
+    )
+    .await
+    .unwrap();
+    let mut readers = Vec::new();
+    for _ in 0..20 {
+        let mut client = fleet.replicas[2].payloads(ALICE).await;
+        let id = stored.id.clone();
+        readers.push(tokio::spawn(async move { download(&mut client, &id).await }));
+    }
+    for r in readers {
+        assert_eq!(r.await.unwrap().unwrap().len(), data.len());
+    }
+    let fetches = fleet
+        .log(2)
+        .matches("fetched a payload from object storage")
+        .count();
+    assert_eq!(fetches, 1, "one fetch for twenty readers");
+}
+
+#[tokio::test]
+async fn quotas_stay_exact_when_50_uploads_race_through_3_replicas() {
+    let fleet = Fleet::start("").await;
+    let session = session_with(
+        &fleet,
+        proto::Policy {
+            max_payloads: 10,
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut uploads = Vec::new();
+    for i in 0..50 {
+        let mut client = fleet.replicas[i % 3].payloads(ALICE).await;
+        let sid = session.id.clone();
+        uploads.push(tokio::spawn(async move {
+            let body = format!("payload {i}\n").repeat(100);
+            upload(&mut client, header(&sid, &format!("p{i}.txt")), body.as_bytes()).await
+        }));
+    }
+    let (mut ok, mut refused) = (0, 0);
+    for u in uploads {
+        match u.await.unwrap() {
+            Ok(_) => ok += 1,
+            Err(s) if s.code() == Code::ResourceExhausted => {
+                assert!(s.message().contains("max_payloads"), "{}", s.message());
+                refused += 1;
+            }
+            Err(s) => panic!("unexpected {s:?}"),
+        }
+    }
+    assert_eq!((ok, refused), (10, 40));
+    let s = fleet.replicas[1]
+        .sessions(ALICE)
+        .await
+        .get_session(proto::GetSessionRequest {
+            session_id: session.id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(s.usage.unwrap().payloads, 10);
+    let listed = fleet.replicas[2]
+        .payloads(ALICE)
+        .await
+        .list_payloads(proto::ListPayloadsRequest {
+            session_id: session.id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(listed.payloads.len(), 10);
+}
+
+#[tokio::test]
+async fn three_replicas_appending_at_once_keep_one_unbroken_audit_chain() {
+    let fleet = Fleet::start("").await;
+    let mut tasks = Vec::new();
+    for i in 0..60 {
+        let mut client = fleet.replicas[i % 3].sessions(ALICE).await;
+        tasks.push(tokio::spawn(async move {
+            client
+                .create_session(proto::CreateSessionRequest {
+                    label: format!("s{i}"),
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let channel = fleet.replicas[1].channel().await;
+    let mut audit = AuditClient::with_interceptor(channel, Bearer(Some("tok-audrey".into())));
+    let v = audit
+        .verify_audit(proto::VerifyAuditRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(v.ok, "{v:?}");
+    assert!(v.events_checked >= 60, "{v:?}");
+    // One chain: the seqs run 1..=n with none missing or twice (keys are
+    // unique, so count = max means gapless).
+    let row = fleet.db.sql(
+        "SELECT count(*) || ' ' || max(('x' || encode(substring(key from length(key) - 7), 'hex'))::bit(64)::bigint) \
+         FROM spillway_kv WHERE tree = 'audit.v1' AND key >= 'acme\\000'::bytea AND key < 'acme\\001'::bytea",
+    );
+    let (count, max) = row.split_once(' ').unwrap();
+    assert_eq!(count, max, "{row}");
+    assert!(count.parse::<u64>().unwrap() >= v.events_checked);
+}
+
+#[tokio::test]
+async fn a_hold_placed_on_one_replica_blocks_a_deletion_on_another() {
+    let fleet = Fleet::start("").await;
+    let session = session_with(&fleet, proto::Policy::default()).await;
+    let stored = upload(
+        &mut fleet.replicas[0].payloads(ALICE).await,
+        header(&session.id, "kept.txt"),
+        b"evidence\n",
+    )
+    .await
+    .unwrap();
+    let channel = fleet.replicas[1].channel().await;
+    let mut policies = PoliciesClient::with_interceptor(channel, Bearer(Some("tok-carol".into())));
+    policies
+        .set_legal_hold(proto::SetLegalHoldRequest {
+            session_id: session.id.clone(),
+            hold: true,
+            reason: "case 7".into(),
+        })
+        .await
+        .unwrap();
+    let refused = fleet.replicas[2]
+        .payloads(ALICE)
+        .await
+        .delete_payload(proto::DeletePayloadRequest {
+            payload_id: stored.id.clone(),
+            reason: "cleanup".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::FailedPrecondition);
+    assert!(refused.message().contains("legal hold"), "{}", refused.message());
+    // Still whole, through the third replica too.
+    let got = download(&mut fleet.replicas[2].payloads(ALICE).await, &stored.id)
+        .await
+        .unwrap();
+    assert_eq!(got, b"evidence\n");
+}
+
+#[tokio::test]
+async fn a_deletion_on_one_replica_purges_every_replicas_copy_and_the_object() {
+    let fleet = Fleet::start("").await;
+    let session = session_with(&fleet, proto::Policy::default()).await;
+    let stored = upload(
+        &mut fleet.replicas[0].payloads(ALICE).await,
+        header(&session.id, "secret.txt"),
+        b"to be forgotten\n",
+    )
+    .await
+    .unwrap();
+    // Every replica reads it, so each has a copy.
+    for r in &fleet.replicas {
+        download(&mut r.payloads(ALICE).await, &stored.id).await.unwrap();
+    }
+    for d in &fleet.data_dirs {
+        assert!(payload_file(d, &session.id, &stored.name).exists());
+    }
+    let start = Instant::now();
+    let receipt = fleet.replicas[2]
+        .payloads(ALICE)
+        .await
+        .delete_payload(proto::DeletePayloadRequest {
+            payload_id: stored.id.clone(),
+            reason: "user asked".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        receipt.removed.iter().any(|r| r.kind == "object"),
+        "the receipt lists the object: {:?}",
+        receipt.removed
+    );
+    let bound = Duration::from_secs(3);
+    loop {
+        let left: Vec<_> = fleet
+            .data_dirs
+            .iter()
+            .filter(|d| payload_file(d, &session.id, &stored.name).exists())
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            start.elapsed() < bound,
+            "copies left after {bound:?}: {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!("every replica's copy purged {:?} after the deletion call began", start.elapsed());
+    // The object is gone, and no replica serves the payload.
+    for r in &fleet.replicas {
+        let e = download(&mut r.payloads(ALICE).await, &stored.id).await.unwrap_err();
+        assert_eq!(e.code(), Code::NotFound);
+    }
+    // The receipt is the same on every replica (one signing key).
+    let channel = fleet.replicas[0].channel().await;
+    let mut audit = AuditClient::with_interceptor(channel, Bearer(Some("tok-audrey".into())));
+    let again = audit
+        .get_receipt(proto::GetReceiptRequest {
+            receipt_id: receipt.id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(again.signature, receipt.signature);
+}
+
+#[tokio::test]
+async fn another_replica_takes_over_the_reaper_when_its_holder_is_killed() {
+    let mut fleet = Fleet::start("[reaper]\nlease_ttl = \"2s\"\ninterval = \"200ms\"\n").await;
+    let holder = |fleet: &Fleet| -> Option<usize> {
+        let row = fleet
+            .db
+            .sql("SELECT holder FROM spillway_leases WHERE name = 'reaper' AND expires_at > now()");
+        fleet
+            .replicas
+            .iter()
+            .position(|r| row.split('/').nth(1) == Some(&r.child.id().to_string()))
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let first = loop {
+        if let Some(i) = holder(&fleet) {
+            break i;
+        }
+        assert!(Instant::now() < deadline, "no replica took the reaper's lease");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    fleet.replicas[first].kill9();
+    let killed = Instant::now();
+    let survivor = (first + 1) % 3;
+    // A payload that expires at once: only a live reaper deletes it.
+    let session = fleet.replicas[survivor]
+        .sessions(ALICE)
+        .await
+        .create_session(proto::CreateSessionRequest {
+            label: "short".into(),
+            policy: Some(proto::Policy {
+                retention: Some(pbjson_types::Duration {
+                    seconds: 1,
+                    nanos: 0,
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let stored = upload(
+        &mut fleet.replicas[survivor].payloads(ALICE).await,
+        header(&session.id, "brief.txt"),
+        b"brief\n",
+    )
+    .await
+    .unwrap();
+    let bound = Duration::from_secs(30);
+    loop {
+        let gone = fleet.replicas[survivor]
+            .payloads(ALICE)
+            .await
+            .stat(proto::PayloadRequest {
+                payload_id: stored.id.clone(),
+            })
+            .await
+            .is_err_and(|s| s.code() == Code::NotFound);
+        if gone {
+            break;
+        }
+        assert!(
+            killed.elapsed() < bound,
+            "no replica reaped within {bound:?} of the holder's death"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let now = holder(&fleet).expect("a live holder");
+    assert_ne!(now, first);
+    eprintln!("reaper taken over and the expired payload deleted {:?} after kill -9", killed.elapsed());
+}
