@@ -78,6 +78,8 @@ pub struct ReaperHandle {
 
 #[derive(Debug, Default)]
 struct Shared {
+    /// This replica's name as the lease's holder.
+    holder: String,
     wake: Notify,
     rescan: AtomicBool,
     passes: AtomicU64,
@@ -94,6 +96,11 @@ impl ReaperHandle {
     /// Completed passes so far (a pass ends when nothing due is left).
     pub fn passes(&self) -> u64 {
         self.inner.passes.load(Ordering::SeqCst)
+    }
+
+    /// This replica's name as the holder of the reaper's lease.
+    pub fn holder(&self) -> &str {
+        &self.inner.holder
     }
 }
 
@@ -153,9 +160,14 @@ pub fn spawn(
     audit_log: Arc<AuditLog>,
     config: ReaperConfig,
 ) -> (ReaperHandle, ReaperGuard) {
-    let handle = ReaperHandle::default();
-    let shared = handle.inner.clone();
     let holder = replica_id();
+    let handle = ReaperHandle {
+        inner: Arc::new(Shared {
+            holder: holder.clone(),
+            ..Shared::default()
+        }),
+    };
+    let shared = handle.inner.clone();
     let task = tokio::spawn(async move {
         let mut cursor: Option<Vec<u8>> = None;
         let mut passes: u32 = 0;

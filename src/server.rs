@@ -255,6 +255,7 @@ pub async fn run_with_clock(
 
     let (reaper, _reaper_guard) =
         crate::reaper::spawn(store.clone(), audit_log.clone(), config.reaper.clone());
+    let reaper_holder = reaper.holder().to_owned();
     let _purger_guard = (!config.store.blobs.is_empty())
         .then(|| crate::reaper::spawn_purger(store.clone()));
     let config = Arc::new(config);
@@ -420,7 +421,17 @@ pub async fn run_with_clock(
     {
         tracing::warn!("the console did not stop within 5 s; leaving it");
     }
-    tokio::task::spawn_blocking(move || store.flush()).await??;
+    // Reaping stops here; in fleet mode another replica takes the lease at
+    // once instead of waiting for it to lapse.
+    drop(_reaper_guard);
+    let holder = reaper_holder;
+    tokio::task::spawn_blocking(move || {
+        if let Err(e) = store.release_reaper_lease(&holder) {
+            tracing::warn!(error = %e, "could not release the reaper's lease; another replica takes it once it lapses");
+        }
+        store.flush()
+    })
+    .await??;
     tracing::info!("stopped; storage flushed");
     Ok(())
 }

@@ -410,7 +410,7 @@ impl Store {
             None => None,
         };
         let receipt_key = if shared {
-            signing::load_or_create_shared_key(engine.as_ref())?
+            signing::load_or_create_shared_key(engine.as_ref(), data_dir)?
         } else {
             signing::load_or_create_key(data_dir)?
         };
@@ -447,6 +447,12 @@ impl Store {
     /// always grants it.
     pub fn reaper_lease(&self, holder: &str, ttl: Duration) -> Result<Option<engine::Lease>> {
         Ok(self.engine.lease(REAPER, holder, ttl)?)
+    }
+
+    /// Gives up the reaper's lease if `holder` has it (at shutdown), so
+    /// another replica takes over at once.
+    pub fn release_reaper_lease(&self, holder: &str) -> Result<()> {
+        Ok(self.engine.release_lease(REAPER, holder)?)
     }
 
     /// Whether replicas share the metadata (fleet mode).

@@ -456,6 +456,10 @@ impl Engine for PostgresEngine {
         }))
     }
 
+    fn release_lease(&self, name: &'static str, holder: &str) -> Result<(), EngineError> {
+        self.release(name, holder)
+    }
+
     fn lease(
         &self,
         name: &'static str,
@@ -475,6 +479,24 @@ impl Engine for PostgresEngine {
                 name,
                 token: u64::try_from(r.get::<_, i64>(0)).unwrap_or(0),
             }))
+        })
+    }
+}
+
+impl PostgresEngine {
+    fn release(&self, name: &'static str, holder: &str) -> Result<(), EngineError> {
+        let pool = self.pool.clone();
+        let holder = holder.to_owned();
+        self.run(async move {
+            let client = pool.get().await.map_err(pool_err)?;
+            client
+                .execute(
+                    "UPDATE spillway_leases SET expires_at = now() WHERE name = $1 AND holder = $2",
+                    &[&name, &holder],
+                )
+                .await
+                .map_err(|e| pg_err(&e))?;
+            Ok(())
         })
     }
 }

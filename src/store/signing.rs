@@ -47,8 +47,22 @@ pub fn load_or_create_key(data_dir: &Path) -> std::io::Result<ReceiptKey> {
 const SHARED_KEY: &[u8] = b"receipt_key";
 
 /// Loads the fleet's receipt key from the shared engine, making it once
-/// (under a lock across replicas, so two first starts agree on one key).
-pub fn load_or_create_shared_key(engine: &dyn Engine) -> Result<ReceiptKey, StoreError> {
+/// (under a lock across replicas, so two first starts agree on one key),
+/// and keeps a copy in `<data_dir>/receipt-key`, so `spillway receipt
+/// verify` on any replica's host checks receipts from every replica.
+pub fn load_or_create_shared_key(
+    engine: &dyn Engine,
+    data_dir: &Path,
+) -> Result<ReceiptKey, StoreError> {
+    let key = shared_key(engine)?;
+    let path = data_dir.join(KEY_FILE);
+    if std::fs::read_to_string(&path).ok().as_deref().map(str::trim) != Some(key.to_hex().as_str()) {
+        crate::fsutil::write_private(&path, key.to_hex().as_bytes())?;
+    }
+    Ok(key)
+}
+
+fn shared_key(engine: &dyn Engine) -> Result<ReceiptKey, StoreError> {
     let parse = |raw: Vec<u8>| {
         std::str::from_utf8(&raw)
             .ok()
