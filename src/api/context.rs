@@ -226,6 +226,7 @@ impl Context for ContextService {
                 budget_offloaded: report.budget_offloaded,
                 chars_saved: report.chars_saved,
                 archived_keys: report.archived_keys,
+                stored_keys: report.stored_keys,
                 redactions: convert::redaction_map(&reply.redactions),
             }),
             repair: Some(repair_report(reply.repair)),

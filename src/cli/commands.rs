@@ -447,13 +447,15 @@ async fn context(c: &mut Clients, cmd: ContextCommand, json: bool) -> anyhow::Re
         std::fs::read_to_string(file)
             .with_context(|| format!("cannot read {} as UTF-8 text", file.display()))
     };
-    // Pretty, as the file would be written; a closed pipe is an error, not a panic.
+    // Pretty, as the file would be written. Written as one string, so a
+    // closed pipe is the io::Error that main ends quietly on (serde_json's
+    // writer would wrap it and hide it).
     let save = |history_json: &str| -> anyhow::Result<()> {
         let value: serde_json::Value = serde_json::from_str(history_json)
             .context("the server returned a history that is not JSON")?;
-        let mut out = std::io::stdout().lock();
-        serde_json::to_writer_pretty(&mut out, &value)?;
-        out.write_all(b"\n")?;
+        let mut text = serde_json::to_string_pretty(&value)?;
+        text.push('\n');
+        std::io::stdout().lock().write_all(text.as_bytes())?;
         Ok(())
     };
     match cmd {

@@ -85,8 +85,13 @@ pub struct CompactReport {
     pub budget_offloaded: u64,
     /// Chars removed from the history.
     pub chars_saved: u64,
-    /// Keys archived by this call (empty when nothing new was stored).
+    /// The key of every archived original that a marker in the returned
+    /// history stands for, once each, in history order: a repeat
+    /// compaction reports the same keys again.
     pub archived_keys: Vec<String>,
+    /// The keys of the originals this call stored (empty when nothing new
+    /// was archived).
+    pub stored_keys: Vec<String>,
 }
 
 /// The recall key of a text: the first 16 hex digits of its SHA-256.
@@ -151,7 +156,31 @@ pub fn compact<A: Archive>(
     let mut report = CompactReport::default();
     budgets(&mut messages, settings, archive, &mut report)?;
     microcompact(&mut messages, current_turn, settings, archive, &mut report)?;
+    report.archived_keys = archived_keys(&messages, archive)?;
     Ok((messages, repair_report, report))
+}
+
+/// The keys of the archived originals behind the markers of `messages`
+/// (only this module's own stubs, and only keys the archive holds), once
+/// each, in order.
+fn archived_keys<A: Archive>(
+    messages: &[Message],
+    archive: &mut A,
+) -> Result<Vec<String>, A::Error> {
+    let mut seen = std::collections::HashSet::new();
+    let mut keys = Vec::new();
+    for m in messages {
+        for b in &m.blocks {
+            let Block::ToolResult(r) = b else { continue };
+            let Some(key) = stub_key(&r.content) else {
+                continue;
+            };
+            if seen.insert(key) && archive.find(key)?.is_some() {
+                keys.push(key.to_owned());
+            }
+        }
+    }
+    Ok(keys)
 }
 
 /// Positions of results: (message index, block index, turn, tool name).
@@ -209,7 +238,7 @@ fn original<A: Archive>(
         return Ok(info);
     }
     let info = archive.store(&key, content, tool)?;
-    report.archived_keys.push(key);
+    report.stored_keys.push(key);
     Ok(info)
 }
 
@@ -476,10 +505,22 @@ mod tests {
         let mut archive = MemArchive::default();
         let s = CompactSettings::default();
         let (once, _, first) = compact(h, 6, &s, &mut archive).unwrap();
-        assert!(!first.archived_keys.is_empty());
+        assert!(!first.stored_keys.is_empty());
+        let mut stored = first.stored_keys.clone();
+        stored.sort();
+        let mut archived = first.archived_keys.clone();
+        archived.sort();
+        assert_eq!(archived, stored, "a first run stores every key it reports");
         let (twice, _, second) = compact(once.clone(), 6, &s, &mut archive).unwrap();
         assert_eq!(twice, once);
-        assert_eq!(second, CompactReport::default());
+        assert_eq!(
+            second,
+            CompactReport {
+                archived_keys: first.archived_keys.clone(),
+                ..CompactReport::default()
+            },
+            "nothing new is stored, and the same archives stand behind the markers"
+        );
     }
 
     #[test]
@@ -490,10 +531,12 @@ mod tests {
         let (at2, _, r2) = compact(h, 3, &s, &mut archive).unwrap();
         let key = find_marker(content(&at2, 1)).unwrap().to_owned();
         let (at4, _, r4) = compact(at2, 5, &s, &mut archive).unwrap();
-        assert_eq!(r2.archived_keys, vec![key.clone()]);
-        assert!(
-            r4.archived_keys.is_empty(),
-            "the original was archived once"
+        assert_eq!(r2.stored_keys, vec![key.clone()]);
+        assert!(r4.stored_keys.is_empty(), "the original was archived once");
+        assert_eq!(
+            r4.archived_keys,
+            vec![key.clone()],
+            "and its key is reported"
         );
         let stub = content(&at4, 1);
         assert_eq!(find_marker(stub), Some(key.as_str()));
@@ -565,6 +608,7 @@ mod tests {
             "the quoting result itself is archived"
         );
         assert_eq!(report.archived_keys, vec![key.to_owned()]);
+        assert_eq!(report.stored_keys, vec![key.to_owned()]);
     }
 
     #[test]

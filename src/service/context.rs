@@ -128,8 +128,9 @@ impl Service {
         .await?;
         let r = &reply.report;
         let detail = format!(
-            "archived={} truncated={} summarized={} budget_offloaded={} chars_saved={}{}",
+            "archived={} stored={} truncated={} summarized={} budget_offloaded={} chars_saved={}{}",
             r.archived_keys.len(),
+            r.stored_keys.len(),
             r.truncated,
             r.summarized,
             r.budget_offloaded,
@@ -142,6 +143,7 @@ impl Service {
         self.audit(p, event).await?;
         tracing::info!(
             archived = r.archived_keys.len(),
+            stored = r.stored_keys.len(),
             chars_saved = r.chars_saved,
             "history compacted"
         );

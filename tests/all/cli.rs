@@ -326,3 +326,115 @@ fn cli_without_any_token_says_how_to_get_one() {
         "{stderr}"
     );
 }
+
+/// `spillway … | head -1`: whatever the command, a reader that goes away
+/// early ends it quietly (exit 0, no panic, nothing on stderr about it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_command_panics_when_its_stdout_is_closed_early() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("data");
+    let server = ProcessServer::start(None, &data_dir, dir.path().join("server.log")).await;
+    let created: serde_json::Value = serde_json::from_str(&ok(cli(
+        &server,
+        &data_dir,
+        &["--json", "session", "create", "--label", "pipes"],
+    )))
+    .unwrap();
+    let session = created["id"].as_str().unwrap().to_owned();
+    // Large enough that every command writes more than a pipe holds.
+    let file = dir.path().join("prs.ndjson");
+    let lines: String = (0..20_000)
+        .map(|i| format!("{{\"id\": {i}, \"state\": \"open\"}}\n"))
+        .collect();
+    std::fs::write(&file, &lines).unwrap();
+    let uploaded: serde_json::Value = serde_json::from_str(&ok(cli(
+        &server,
+        &data_dir,
+        &[
+            "--json",
+            "upload",
+            "--session",
+            &session,
+            file.to_str().unwrap(),
+        ],
+    )))
+    .unwrap();
+    let payload = uploaded["id"].as_str().unwrap().to_owned();
+    let history = dir.path().join("history.json");
+    let messages: Vec<serde_json::Value> = (0..2000)
+        .map(|i| serde_json::json!({"role": "user", "content": format!("message {i}")}))
+        .collect();
+    std::fs::write(&history, serde_json::to_string(&messages).unwrap()).unwrap();
+    let h = history.to_str().unwrap();
+    let f = file.to_str().unwrap();
+
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["--help"],
+        vec!["session", "ls"],
+        vec!["session", "get", &session],
+        vec!["ls", "--session", &session],
+        vec!["stat", &payload],
+        vec!["read", &payload, "--lines", "1:"],
+        vec!["read", &payload, "--bytes", "0:", "--max-bytes", "400000"],
+        vec!["download", &payload],
+        vec!["inspect", &payload],
+        vec!["grep", "--session", &session, "open"],
+        vec!["offload", "--session", &session, f],
+        vec!["runtimes"],
+        vec![
+            "exec",
+            "--session",
+            &session,
+            "--runtime",
+            "jq",
+            "--source",
+            ".id",
+            "--",
+            "-c",
+        ],
+        vec!["context", "repair", "--format", "openai", h],
+        vec![
+            "context",
+            "compact",
+            "--format",
+            "openai",
+            "--session",
+            &session,
+            h,
+        ],
+        vec!["policy", "get", "--session", &session],
+        vec!["audit", "query"],
+        vec!["audit", "export"],
+        vec!["audit", "verify"],
+    ];
+    for args in commands {
+        for json in [false, true] {
+            let mut cmd = command();
+            if json {
+                cmd.arg("--json");
+            }
+            let mut child = cmd
+                .args(&args)
+                .env("SPILLWAY_ADDR", server.addr.to_string())
+                .env("SPILLWAY_DATA_DIR", &data_dir)
+                .env_remove("SPILLWAY_TOKEN")
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            // The reader goes away before the first byte.
+            drop(child.stdout.take());
+            let out = child.wait_with_output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                out.status.success()
+                    && !stderr.contains("panicked")
+                    && !stderr.contains("Broken pipe"),
+                "spillway {}{args:?} | head: {}: {stderr}",
+                if json { "--json " } else { "" },
+                out.status
+            );
+        }
+    }
+}

@@ -166,6 +166,7 @@ async fn a_12_turn_history_compacts_losslessly_idempotently_and_dies_with_its_se
         (7, 2, 1)
     );
     assert_eq!(report.archived_keys.len(), 10);
+    assert_eq!(report.stored_keys.len(), 10, "all ten are new");
 
     // Every marker recalls the exact original.
     for turn in 1..=12usize {
@@ -202,7 +203,12 @@ async fn a_12_turn_history_compacts_losslessly_idempotently_and_dies_with_its_se
         .await
         .unwrap()
         .into_inner();
-    assert!(again.report.unwrap().archived_keys.is_empty());
+    let again_report = again.report.unwrap();
+    assert!(again_report.stored_keys.is_empty(), "{again_report:?}");
+    assert_eq!(
+        again_report.archived_keys, report.archived_keys,
+        "a repeat compaction still reports every archived original it refers to"
+    );
     assert_eq!(again.messages, out);
     let after = count(
         payloads

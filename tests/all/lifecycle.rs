@@ -512,8 +512,11 @@ async fn deleting_a_payload_removes_its_derived_outputs_and_archived_history_and
             .unwrap()
             .into_inner();
     // The raw result's recall key resolves to the parent's own bytes; the
-    // notice, which names the parent, is archived as a new entry.
-    assert_eq!(compacted.report.unwrap().archived_keys.len(), 1);
+    // notice, which names the parent, is archived as a new entry. Both
+    // stand behind a marker.
+    let report = compacted.report.unwrap();
+    assert_eq!(report.stored_keys.len(), 1, "{report:?}");
+    assert_eq!(report.archived_keys.len(), 2, "{report:?}");
     let text = format!("{:?}", compacted.messages);
     let keys: Vec<String> = regex::Regex::new(r"<<ccr:([0-9a-f]{16})>>")
         .unwrap()

@@ -7,6 +7,7 @@ mod codemode;
 mod common;
 mod context;
 mod crash;
+mod docs;
 mod grpcurl;
 mod hardening;
 mod inspect;
