@@ -122,7 +122,10 @@ pub fn spawn_purger(store: Arc<Store>) -> ReaperGuard {
             match step {
                 Ok(Ok(step)) => {
                     if step.removed > 0 {
-                        tracing::info!(removed = step.removed, "purged local copies of deleted payloads");
+                        tracing::info!(
+                            removed = step.removed,
+                            "purged local copies of deleted payloads"
+                        );
                     }
                     cursor = step.cursor;
                 }
@@ -141,7 +144,12 @@ fn replica_id() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     let mut nonce = [0u8; 4];
     let _ = getrandom::fill(&mut nonce);
-    format!("{}/{}/{}", host.trim(), std::process::id(), hex::encode(nonce))
+    format!(
+        "{}/{}/{}",
+        host.trim(),
+        std::process::id(),
+        hex::encode(nonce)
+    )
 }
 
 /// Stops the reaper when dropped (the server holds it until it stops).
@@ -203,7 +211,9 @@ pub fn spawn(
                 }
                 Ok(Ok(None)) => {
                     if held.take().is_some() {
-                        tracing::info!("another replica holds the reaper's lease; this one stops reaping");
+                        tracing::info!(
+                            "another replica holds the reaper's lease; this one stops reaping"
+                        );
                     }
                     ReapStep::default()
                 }

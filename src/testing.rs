@@ -90,8 +90,13 @@ pub mod postgres {
     fn as_owner(root: bool, program: &Path) -> Command {
         if root {
             let mut c = Command::new("setpriv");
-            c.args(["--reuid=postgres", "--regid=postgres", "--init-groups", "--"])
-                .arg(program);
+            c.args([
+                "--reuid=postgres",
+                "--regid=postgres",
+                "--init-groups",
+                "--",
+            ])
+            .arg(program);
             c
         } else {
             Command::new(program)
@@ -122,7 +127,9 @@ pub mod postgres {
                 .args(["-A", "trust", "-U", "spillway", "-E", "UTF8", "--no-locale"])
                 .output()
                 .unwrap_or_else(|e| {
-                    panic!("initdb could not start ({e}); run `make postgres` to install PostgreSQL")
+                    panic!(
+                        "initdb could not start ({e}); run `make postgres` to install PostgreSQL"
+                    )
                 });
             assert!(
                 out.status.success(),
@@ -185,8 +192,26 @@ pub mod postgres {
         /// Runs `sql` in database `db` with psql; its output, or stderr.
         pub fn psql(&self, db: &str, sql: &str) -> Result<String, String> {
             let out = Command::new(tool("psql"))
-                .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1"])
-                .args(["-p", &self.port.to_string(), "-U", &self.user, "-d", db, "-c", sql])
+                .args([
+                    "-X",
+                    "-q",
+                    "-A",
+                    "-t",
+                    "-v",
+                    "ON_ERROR_STOP=1",
+                    "-h",
+                    "127.0.0.1",
+                ])
+                .args([
+                    "-p",
+                    &self.port.to_string(),
+                    "-U",
+                    &self.user,
+                    "-d",
+                    db,
+                    "-c",
+                    sql,
+                ])
                 .output()
                 .map_err(|e| e.to_string())?;
             if out.status.success() {
@@ -277,7 +302,11 @@ pub mod s3 {
             .map(PathBuf::from)
             .unwrap_or_default()
             .join(".cache/spillway/python-venv/bin/weed");
-        if venv.exists() { venv } else { PathBuf::from("weed") }
+        if venv.exists() {
+            venv
+        } else {
+            PathBuf::from("weed")
+        }
     }
 
     /// One running SeaweedFS (master, volume, filer and S3 in one process).
@@ -292,13 +321,19 @@ pub mod s3 {
 
     impl std::fmt::Debug for Server {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.debug_struct("Server").field("s3_port", &self.s3_port).finish()
+            f.debug_struct("Server")
+                .field("s3_port", &self.s3_port)
+                .finish()
         }
     }
 
     impl Server {
         fn start() -> Server {
-            let dir = std::env::temp_dir().join(format!("spillway-weed-{}-{}", std::process::id(), free_port()));
+            let dir = std::env::temp_dir().join(format!(
+                "spillway-weed-{}-{}",
+                std::process::id(),
+                free_port()
+            ));
             std::fs::create_dir_all(dir.join("data")).expect("a temporary directory");
             std::fs::write(
                 dir.join("s3.json"),
@@ -330,9 +365,18 @@ pub mod s3 {
                 .arg(weed())
                 .arg("server")
                 .arg(format!("-dir={}", dir.join("data").display()))
-                .args(["-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-s3", "-s3.autoCreateBucket"])
+                .args([
+                    "-ip=127.0.0.1",
+                    "-ip.bind=127.0.0.1",
+                    "-s3",
+                    "-s3.autoCreateBucket",
+                ])
                 .arg(format!("-s3.config={}", dir.join("s3.json").display()))
-                .args(["-master.telemetry=false", "-volume.max=0", "-master.volumeSizeLimitMB=64"])
+                .args([
+                    "-master.telemetry=false",
+                    "-volume.max=0",
+                    "-master.volumeSizeLimitMB=64",
+                ])
                 .args(&flags)
                 .env("WEED_DIR", &dir)
                 .stdin(Stdio::piped())
@@ -379,7 +423,9 @@ pub mod s3 {
                 if Instant::now() > deadline {
                     let log = std::fs::read_to_string(self.dir.join("log")).unwrap_or_default();
                     let tail: String = log.lines().rev().take(30).collect::<Vec<_>>().join("\n");
-                    panic!("SeaweedFS did not start within 60 s (run `make seaweedfs` to install it): {tail}");
+                    panic!(
+                        "SeaweedFS did not start within 60 s (run `make seaweedfs` to install it): {tail}"
+                    );
                 }
                 std::thread::sleep(Duration::from_millis(250));
             }

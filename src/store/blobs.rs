@@ -194,7 +194,10 @@ impl TempFile {
     /// A second handle on the file, for writers that need a std file
     /// (a fetch from object storage).
     pub fn std_file(&self) -> io::Result<std::fs::File> {
-        let file = self.file.as_ref().ok_or_else(|| io::Error::other("temp file already persisted"))?;
+        let file = self
+            .file
+            .as_ref()
+            .ok_or_else(|| io::Error::other("temp file already persisted"))?;
         Ok(file.try_clone()?.into_std())
     }
 

@@ -177,7 +177,11 @@ impl EngineLock {
 
 impl std::fmt::Debug for EngineLock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_some() { "EngineLock(held)" } else { "EngineLock(local)" })
+        f.write_str(if self.0.is_some() {
+            "EngineLock(held)"
+        } else {
+            "EngineLock(local)"
+        })
     }
 }
 
@@ -534,13 +538,27 @@ pub(crate) fn shared_conformance(a: &dyn Engine, b: &dyn Engine) {
     // One holder at a time; renewal keeps the token, a takeover after
     // expiry raises it.
     let ttl = Duration::from_millis(800);
-    let first = a.lease("test-role", "A", ttl).unwrap().expect("a free lease is granted");
+    let first = a
+        .lease("test-role", "A", ttl)
+        .unwrap()
+        .expect("a free lease is granted");
     assert_eq!(b.lease("test-role", "B", ttl).unwrap(), None, "held by A");
-    assert_eq!(a.lease("test-role", "A", ttl).unwrap(), Some(first.clone()), "renewed");
+    assert_eq!(
+        a.lease("test-role", "A", ttl).unwrap(),
+        Some(first.clone()),
+        "renewed"
+    );
     std::thread::sleep(ttl + Duration::from_millis(300));
-    let second = b.lease("test-role", "B", ttl).unwrap().expect("a lapsed lease is taken over");
+    let second = b
+        .lease("test-role", "B", ttl)
+        .unwrap()
+        .expect("a lapsed lease is taken over");
     assert!(second.token > first.token, "{second:?} after {first:?}");
-    assert_eq!(a.lease("test-role", "A", ttl).unwrap(), None, "now held by B");
+    assert_eq!(
+        a.lease("test-role", "A", ttl).unwrap(),
+        None,
+        "now held by B"
+    );
 
     // A batch fenced by the lost lease is refused and changes nothing; the
     // new holder's commits.

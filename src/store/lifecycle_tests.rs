@@ -44,7 +44,7 @@ fn open(dir: &Path, engine: EngineKind, clock: &ManualClock) -> Store {
         retention: 24 * HOUR,
         session_ttl: 48 * HOUR,
         cache_bytes: engine::DEFAULT_CACHE_BYTES,
-        postgres: postgres_for(dir.as_ref(), engine),
+        postgres: postgres_for(dir, engine),
         objects: None,
     };
     open_with(dir, settings, clock, Arc::new(NoContentCache), &mut |_| {
@@ -294,14 +294,18 @@ fn the_reaper_deletes_what_expired_skips_held_sessions_and_finds_overdue_work_af
             clock.advance(23 * HOUR);
             let kept = put(&store, &s.id, b"new\n", UploadMeta::default()).unwrap();
             // Nothing is due yet.
-            let step = store.reap_due(&lease(&store), store.now_ms(), None, 64).unwrap();
+            let step = store
+                .reap_due(&lease(&store), store.now_ms(), None, 64)
+                .unwrap();
             assert!(step.receipts.is_empty());
             (held_payload.id, kept.id, expired.id, s.id)
         };
         // Down for two hours: the first payloads' 24 h retention passes.
         clock.advance(2 * HOUR);
         let store = open(dir.path(), engine, &clock);
-        let step = store.reap_due(&lease(&store), store.now_ms(), None, 64).unwrap();
+        let step = store
+            .reap_due(&lease(&store), store.now_ms(), None, 64)
+            .unwrap();
         assert_eq!(step.receipts.len(), 1, "{engine:?}");
         assert_eq!(step.receipts[0].target_id, expired_id.as_str());
         assert_eq!(step.receipts[0].requested_by, expiry::REAPER);
@@ -312,13 +316,17 @@ fn the_reaper_deletes_what_expired_skips_held_sessions_and_finds_overdue_work_af
         // Lifting the hold makes the held payload deletable.
         let held_session = store.payload(&held_id).unwrap().session_id;
         store.set_legal_hold(&held_session, None).unwrap();
-        let step = store.reap_due(&lease(&store), store.now_ms(), None, 64).unwrap();
+        let step = store
+            .reap_due(&lease(&store), store.now_ms(), None, 64)
+            .unwrap();
         assert_eq!(step.receipts.len(), 1);
         assert!(store.payload(&held_id).is_err());
 
         // The session TTL (48 h) takes the session and what is left in it.
         clock.advance(24 * HOUR);
-        let step = store.reap_due(&lease(&store), store.now_ms(), None, 64).unwrap();
+        let step = store
+            .reap_due(&lease(&store), store.now_ms(), None, 64)
+            .unwrap();
         assert!(
             step.receipts
                 .iter()
@@ -357,10 +365,18 @@ fn closing_with_delete_on_close_deletes_the_payloads_unless_held_then_the_reaper
             .unwrap();
         let (_, receipt) = store.close_session(&held.id, true).unwrap();
         assert!(receipt.is_none());
-        assert_eq!(store.reap_due(&lease(&store), store.now_ms(), None, 64).unwrap().held, 1);
+        assert_eq!(
+            store
+                .reap_due(&lease(&store), store.now_ms(), None, 64)
+                .unwrap()
+                .held,
+            1
+        );
         assert!(store.payload(&q.id).is_ok());
         store.set_legal_hold(&held.id, None).unwrap();
-        let step = store.reap_due(&lease(&store), store.now_ms(), None, 64).unwrap();
+        let step = store
+            .reap_due(&lease(&store), store.now_ms(), None, 64)
+            .unwrap();
         assert_eq!(step.receipts.len(), 1);
         assert!(store.payload(&q.id).is_err());
         // Done: the pending entry is gone too.
@@ -433,7 +449,7 @@ fn a_deletion_interrupted_after_its_intent_is_finished_at_the_next_open() {
             session_ttl: 48 * HOUR,
             cache_bytes: engine::DEFAULT_CACHE_BYTES,
             postgres: postgres_for(dir.as_ref(), engine),
-        objects: None,
+            objects: None,
         };
         let mut reported = Vec::new();
         let (store, report) = open_with(
@@ -494,7 +510,7 @@ fn freeing_bytes_forgets_their_cached_inspect_result_and_the_receipt_lists_it() 
             session_ttl: 48 * HOUR,
             cache_bytes: engine::DEFAULT_CACHE_BYTES,
             postgres: postgres_for(dir.as_ref(), engine),
-        objects: None,
+            objects: None,
         };
         let cache = Arc::new(Recording::default());
         let (store, _) = open_with(dir.path(), settings, &clock, cache.clone(), &mut |_| Ok(()));

@@ -60,14 +60,14 @@ pub use config::{EngineKind, StoreConfig};
 pub use expiry::{REAPER, ReapStep};
 pub use lines::{LineIndex, LineIndexBuilder, STRIDE as LINE_INDEX_STRIDE};
 pub use names::base_name;
+pub use object_blobs::{CacheStats, ObjectBlobs, ObjectError, S3Config};
+pub use postgres_engine::{PostgresEngine, PostgresSettings};
 pub use read::{ReadOut, ReadSpec};
 pub use reconcile::ReconcileReport;
 pub use records::{
     LegalHold, PayloadRecord, ReceiptRecord, RemovedItem, SessionRecord, SessionState,
     TenantPolicyRecord,
 };
-pub use object_blobs::{CacheStats, ObjectBlobs, ObjectError, S3Config};
-pub use postgres_engine::{PostgresEngine, PostgresSettings};
 pub use redb_engine::RedbEngine;
 pub use sled_engine::SledEngine;
 
@@ -374,9 +374,7 @@ pub fn open_engine(data_dir: &Path, settings: &StoreSettings) -> Result<Arc<dyn 
         }
         EngineKind::Postgres => {
             let pg = settings.postgres.as_ref().ok_or_else(|| {
-                StoreError::Invalid(
-                    "store.engine = \"postgres\" needs store.postgres_url".into(),
-                )
+                StoreError::Invalid("store.engine = \"postgres\" needs store.postgres_url".into())
             })?;
             Arc::new(postgres_engine::PostgresEngine::open(pg)?)
         }
@@ -492,7 +490,9 @@ impl Store {
     fn lock_named<'a>(&self, local: &'a Mutex<()>, key: &str) -> Result<Held<'a>> {
         let local = local.lock().unwrap_or_else(|p| p.into_inner());
         Ok(Held {
-            _engine: self.engine.lock(&[engine::lock_key("store", key.as_bytes())])?,
+            _engine: self
+                .engine
+                .lock(&[engine::lock_key("store", key.as_bytes())])?,
             _local: vec![local],
         })
     }

@@ -60,10 +60,14 @@ pub struct S3Config {
 #[derive(Debug, thiserror::Error)]
 pub enum ObjectError {
     /// The bucket could not be reached or refused the call.
-    #[error("object storage is unavailable: {0}; the payload bytes are safe where they were, retry once the bucket is reachable")]
+    #[error(
+        "object storage is unavailable: {0}; the payload bytes are safe where they were, retry once the bucket is reachable"
+    )]
     Unavailable(String),
     /// A fetched copy did not match its record.
-    #[error("the stored object of payload {payload} does not match its record ({what}); it was not used")]
+    #[error(
+        "the stored object of payload {payload} does not match its record ({what}); it was not used"
+    )]
     Corrupt {
         /// The payload.
         payload: PayloadId,
@@ -150,14 +154,23 @@ impl LocalCache {
     /// Notes a copy now present (stored here or fetched); returns the
     /// copies to evict, least recently used first, to get back under the
     /// bound (never the one just added).
-    pub fn added(&self, session: &SessionId, name: &str, size: u64, fetched: bool) -> Vec<(SessionId, String)> {
+    pub fn added(
+        &self,
+        session: &SessionId,
+        name: &str,
+        size: u64,
+        fetched: bool,
+    ) -> Vec<(SessionId, String)> {
         let mut s = self.state();
         if fetched {
             s.stats.misses += 1;
             s.stats.fetched_bytes += size;
         }
         let key = (session.clone(), name.to_owned());
-        if s.entries.insert(key.clone(), (size, Instant::now())).is_none() {
+        if s.entries
+            .insert(key.clone(), (size, Instant::now()))
+            .is_none()
+        {
             s.stats.bytes += size;
         }
         let mut out = Vec::new();
@@ -391,7 +404,9 @@ impl ObjectBlobs {
             if n != size || actual != sha256 {
                 return Err(ObjectError::Corrupt {
                     payload,
-                    what: format!("{n} bytes with sha256 {actual}, expected {size} bytes with {sha256}"),
+                    what: format!(
+                        "{n} bytes with sha256 {actual}, expected {size} bytes with {sha256}"
+                    ),
                 });
             }
             dest.sync_all()?;
@@ -449,8 +464,18 @@ mod tests {
             ("b".into(), "some/prefix".into())
         );
         assert_eq!(parse_url("s3://b").unwrap(), ("b".into(), String::new()));
-        assert!(parse_url("file:///x").unwrap_err().to_string().contains("not an s3:// URL"));
-        assert!(parse_url("s3:///x").unwrap_err().to_string().contains("names no bucket"));
+        assert!(
+            parse_url("file:///x")
+                .unwrap_err()
+                .to_string()
+                .contains("not an s3:// URL")
+        );
+        assert!(
+            parse_url("s3:///x")
+                .unwrap_err()
+                .to_string()
+                .contains("names no bucket")
+        );
     }
 
     #[test]
@@ -461,7 +486,10 @@ mod tests {
         assert!(c.added(&s, "b", 40, true).is_empty());
         c.hit(&s, "a", 40);
         // c pushes it to 120: b is the least recently used.
-        assert_eq!(c.added(&s, "c", 40, true), vec![(s.clone(), "b".to_owned())]);
+        assert_eq!(
+            c.added(&s, "c", 40, true),
+            vec![(s.clone(), "b".to_owned())]
+        );
         let st = c.stats();
         assert_eq!((st.bytes, st.evictions, st.hits, st.misses), (80, 1, 1, 3));
         c.removed(&s, "a");

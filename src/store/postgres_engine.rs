@@ -87,7 +87,9 @@ fn pg_err(e: &tokio_postgres::Error) -> EngineError {
 fn pool_err(e: deadpool_postgres::PoolError) -> EngineError {
     EngineError::unavailable(
         NAME,
-        format!("no Postgres connection: {e}; check store.postgres_url and that the database is up, then retry"),
+        format!(
+            "no Postgres connection: {e}; check store.postgres_url and that the database is up, then retry"
+        ),
     )
 }
 
@@ -319,8 +321,7 @@ const COMMIT_SQL: &str = "WITH gone AS (
     SELECT * FROM unnest($3::text[], $4::bytea[], $5::bytea[])
     ON CONFLICT (tree, key) DO UPDATE SET value = EXCLUDED.value";
 
-const FENCE_SQL: &str =
-    "SELECT 1 FROM spillway_leases WHERE name = $1 AND token = $2 AND expires_at > now() FOR UPDATE";
+const FENCE_SQL: &str = "SELECT 1 FROM spillway_leases WHERE name = $1 AND token = $2 AND expires_at > now() FOR UPDATE";
 
 const LEASE_SQL: &str = "INSERT INTO spillway_leases AS l (name, holder, token, expires_at)
         VALUES ($1, $2, 1, now() + $3 * interval '1 millisecond')
@@ -377,7 +378,12 @@ impl Engine for PostgresEngine {
             let rows = client
                 .query(
                     &stmt,
-                    &[&tree.name(), &limit, &bound_value(&start), &bound_value(&end)],
+                    &[
+                        &tree.name(),
+                        &limit,
+                        &bound_value(&start),
+                        &bound_value(&end),
+                    ],
                 )
                 .await
                 .map_err(|e| pg_err(&e))?;
@@ -559,7 +565,8 @@ mod tests {
         db.sql("UPDATE spillway_schema SET version = 99");
         let e = PostgresEngine::open(&PostgresSettings::new(db.url())).unwrap_err();
         assert!(
-            e.message.contains("schema is version 99, newer than this binary's 1"),
+            e.message
+                .contains("schema is version 99, newer than this binary's 1"),
             "{e}"
         );
     }

@@ -56,7 +56,12 @@ pub fn load_or_create_shared_key(
 ) -> Result<ReceiptKey, StoreError> {
     let key = shared_key(engine)?;
     let path = data_dir.join(KEY_FILE);
-    if std::fs::read_to_string(&path).ok().as_deref().map(str::trim) != Some(key.to_hex().as_str()) {
+    if std::fs::read_to_string(&path)
+        .ok()
+        .as_deref()
+        .map(str::trim)
+        != Some(key.to_hex().as_str())
+    {
         crate::fsutil::write_private(&path, key.to_hex().as_bytes())?;
     }
     Ok(key)
@@ -67,7 +72,9 @@ fn shared_key(engine: &dyn Engine) -> Result<ReceiptKey, StoreError> {
         std::str::from_utf8(&raw)
             .ok()
             .and_then(ReceiptKey::from_hex)
-            .ok_or_else(|| StoreError::Invalid("the stored receipt key is not 64 hex digits".into()))
+            .ok_or_else(|| {
+                StoreError::Invalid("the stored receipt key is not 64 hex digits".into())
+            })
     };
     if let Some(raw) = engine.get(Tree::Meta, SHARED_KEY)? {
         return parse(raw);

@@ -619,9 +619,10 @@ async fn a_tenant_at_its_search_bound_is_refused_and_another_tenant_still_search
     )
     .await
     .unwrap();
-    // 72 MiB to search (about a second here).
+    // 216 MiB to search: about a second here, where the second search
+    // arrives after 0.1 s and gives up waiting 0.2 s later.
     let mut p = server.payloads(MALLORY).await;
-    for seed in ["x", "y", "z"] {
+    for seed in ["r", "s", "t", "u", "v", "w", "x", "y", "z"] {
         upload(&mut p, header(&theirs, "w.txt"), &words(24 << 20, seed))
             .await
             .unwrap();

@@ -108,8 +108,14 @@ async fn a_payload_stored_through_one_replica_is_read_whole_through_the_others()
     .unwrap();
     assert_eq!(stored.sha256, sha256_hex(&data));
     for r in &fleet.replicas[1..] {
-        let got = download(&mut r.payloads(ALICE).await, &stored.id).await.unwrap();
-        assert_eq!(sha256_hex(&got), stored.sha256, "read through another replica");
+        let got = download(&mut r.payloads(ALICE).await, &stored.id)
+            .await
+            .unwrap();
+        assert_eq!(
+            sha256_hex(&got),
+            stored.sha256,
+            "read through another replica"
+        );
     }
     // The second replica now has a local copy, verified on the way in.
     assert!(payload_file(&fleet.data_dirs[1], &session.id, &stored.name).exists());
@@ -131,7 +137,9 @@ async fn twenty_concurrent_cold_readers_fetch_the_object_once() {
     for _ in 0..20 {
         let mut client = fleet.replicas[2].payloads(ALICE).await;
         let id = stored.id.clone();
-        readers.push(tokio::spawn(async move { download(&mut client, &id).await }));
+        readers.push(tokio::spawn(
+            async move { download(&mut client, &id).await },
+        ));
     }
     for r in readers {
         assert_eq!(r.await.unwrap().unwrap().len(), data.len());
@@ -160,7 +168,12 @@ async fn quotas_stay_exact_when_50_uploads_race_through_3_replicas() {
         let sid = session.id.clone();
         uploads.push(tokio::spawn(async move {
             let body = format!("payload {i}\n").repeat(100);
-            upload(&mut client, header(&sid, &format!("p{i}.txt")), body.as_bytes()).await
+            upload(
+                &mut client,
+                header(&sid, &format!("p{i}.txt")),
+                body.as_bytes(),
+            )
+            .await
         }));
     }
     let (mut ok, mut refused) = (0, 0);
@@ -268,7 +281,11 @@ async fn a_hold_placed_on_one_replica_blocks_a_deletion_on_another() {
         .await
         .unwrap_err();
     assert_eq!(refused.code(), Code::FailedPrecondition);
-    assert!(refused.message().contains("legal hold"), "{}", refused.message());
+    assert!(
+        refused.message().contains("legal hold"),
+        "{}",
+        refused.message()
+    );
     // Still whole, through the third replica too.
     let got = download(&mut fleet.replicas[2].payloads(ALICE).await, &stored.id)
         .await
@@ -289,7 +306,9 @@ async fn a_deletion_on_one_replica_purges_every_replicas_copy_and_the_object() {
     .unwrap();
     // Every replica reads it, so each has a copy.
     for r in &fleet.replicas {
-        download(&mut r.payloads(ALICE).await, &stored.id).await.unwrap();
+        download(&mut r.payloads(ALICE).await, &stored.id)
+            .await
+            .unwrap();
     }
     for d in &fleet.data_dirs {
         assert!(payload_file(d, &session.id, &stored.name).exists());
@@ -326,10 +345,15 @@ async fn a_deletion_on_one_replica_purges_every_replicas_copy_and_the_object() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    eprintln!("every replica's copy purged {:?} after the deletion call began", start.elapsed());
+    eprintln!(
+        "every replica's copy purged {:?} after the deletion call began",
+        start.elapsed()
+    );
     // The object is gone, and no replica serves the payload.
     for r in &fleet.replicas {
-        let e = download(&mut r.payloads(ALICE).await, &stored.id).await.unwrap_err();
+        let e = download(&mut r.payloads(ALICE).await, &stored.id)
+            .await
+            .unwrap_err();
         assert_eq!(e.code(), Code::NotFound);
     }
     // The receipt is the same on every replica (one signing key).
@@ -363,7 +387,10 @@ async fn another_replica_takes_over_the_reaper_when_its_holder_is_killed() {
         if let Some(i) = holder(&fleet) {
             break i;
         }
-        assert!(Instant::now() < deadline, "no replica took the reaper's lease");
+        assert!(
+            Instant::now() < deadline,
+            "no replica took the reaper's lease"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     fleet.replicas[first].kill9();
@@ -415,5 +442,8 @@ async fn another_replica_takes_over_the_reaper_when_its_holder_is_killed() {
     }
     let now = holder(&fleet).expect("a live holder");
     assert_ne!(now, first);
-    eprintln!("reaper taken over and the expired payload deleted {:?} after kill -9", killed.elapsed());
+    eprintln!(
+        "reaper taken over and the expired payload deleted {:?} after kill -9",
+        killed.elapsed()
+    );
 }
