@@ -1158,7 +1158,7 @@ impl PendingUpload<'_> {
         if committed.is_err()
             && let Err(e) = objects.delete_all(vec![(session, id)])
         {
-            tracing::warn!(error = %e, "could not remove the object of a refused upload; reconciliation removes it");
+            tracing::warn!(error = %e, "could not remove the object of a refused upload; no payload refers to it, and it stays in the bucket until removed there");
         }
         committed
     }
