@@ -104,13 +104,11 @@ impl ReaperHandle {
     }
 }
 
-/// How often a replica looks for deletions to purge from its local copies.
-pub const PURGE_INTERVAL: Duration = Duration::from_millis(250);
-
 /// Starts the purger (fleet mode, payload bytes in a bucket): every
-/// [`PURGE_INTERVAL`] it removes this replica's local copies of what any
-/// replica deleted ([`Store::purge_step`]). Stops when the guard drops.
-pub fn spawn_purger(store: Arc<Store>) -> ReaperGuard {
+/// `interval` (`store.purge_interval`) it removes this replica's local
+/// copies of what any replica deleted ([`Store::purge_step`]). Stops when
+/// the guard drops.
+pub fn spawn_purger(store: Arc<Store>, interval: Duration) -> ReaperGuard {
     let task = tokio::spawn(async move {
         let mut cursor: Option<Vec<u8>> = None;
         loop {
@@ -132,7 +130,7 @@ pub fn spawn_purger(store: Arc<Store>) -> ReaperGuard {
                 Ok(Err(e)) => tracing::warn!(error = %e, "purge step failed; retrying"),
                 Err(e) => tracing::error!(error = %e, "purge step panicked; retrying"),
             }
-            tokio::time::sleep(PURGE_INTERVAL).await;
+            tokio::time::sleep(interval).await;
         }
     });
     ReaperGuard(task.abort_handle())

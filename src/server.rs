@@ -256,8 +256,8 @@ pub async fn run_with_clock(
     let (reaper, _reaper_guard) =
         crate::reaper::spawn(store.clone(), audit_log.clone(), config.reaper.clone());
     let reaper_holder = reaper.holder().to_owned();
-    let _purger_guard =
-        (!config.store.blobs.is_empty()).then(|| crate::reaper::spawn_purger(store.clone()));
+    let _purger_guard = (!config.store.blobs.is_empty())
+        .then(|| crate::reaper::spawn_purger(store.clone(), config.store.purge_interval));
     let config = Arc::new(config);
     let state = Service::new(
         store.clone(),

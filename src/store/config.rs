@@ -52,6 +52,10 @@ pub struct StoreConfig {
     /// With `blobs = "s3://…"`: how many bytes of local copies each
     /// replica keeps for execs, Search and Inspect (default 8 GiB).
     pub local_cache_bytes: u64,
+    /// With `blobs = "s3://…"`: how often each replica removes its local
+    /// copies of what any replica deleted (default 250 ms).
+    #[serde(with = "humantime_serde")]
+    pub purge_interval: std::time::Duration,
 }
 
 impl Default for StoreConfig {
@@ -64,6 +68,7 @@ impl Default for StoreConfig {
             blobs: String::new(),
             s3: super::object_blobs::S3Config::default(),
             local_cache_bytes: 8 << 30,
+            purge_interval: std::time::Duration::from_millis(250),
         }
     }
 }

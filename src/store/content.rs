@@ -140,6 +140,21 @@ impl Utf8Stream {
     }
 }
 
+/// The SHA-256 (hex) of everything `file` holds from its start, read in
+/// 1 MiB pieces.
+pub fn sha256_of(mut file: std::fs::File) -> std::io::Result<String> {
+    use std::io::Read as _;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            return Ok(hex::encode(hasher.finalize()));
+        }
+        hasher.update(&buf[..n]);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -818,24 +818,55 @@ impl Store {
         let Some(objects) = &self.objects else {
             return Ok(());
         };
-        if dir.metadata(&p.name).is_ok() {
-            objects.cache.hit(&p.session_id, &p.name, p.size);
+        if self.local_copy_holds(objects, dir, p) {
             return Ok(());
         }
         let lock = objects.fetch_lock(&p.id);
         let _one_fetch = lock.lock().unwrap_or_else(|e| e.into_inner());
-        if dir.metadata(&p.name).is_ok() {
-            objects.cache.hit(&p.session_id, &p.name, p.size);
+        if self.local_copy_holds(objects, dir, p) {
             return Ok(());
         }
         let temp = TempFile::create(dir.clone())?;
         objects.get_into(&p.session_id, &p.id, temp.std_file()?, p.size, &p.sha256)?;
+        // Replaces a stale copy under the same name, if there was one.
         temp.persist(&p.name)?;
         blobs::fsync_dir(dir)?;
         tracing::info!(payload_id = %p.id, bytes = p.size, "fetched a payload from object storage");
-        let evict = objects.cache.added(&p.session_id, &p.name, p.size, true);
+        let evict = objects
+            .cache
+            .added(&p.session_id, &p.name, &p.id, p.size, true);
         self.evict(evict);
         Ok(())
+    }
+
+    /// Whether the local file of `p`'s name holds `p`'s bytes: known to
+    /// the cache as `p`'s, or (a copy from before a restart) of `p`'s size
+    /// and SHA-256. A copy of another payload under the name is not used.
+    fn local_copy_holds(
+        &self,
+        objects: &ObjectBlobs,
+        dir: &cap_std::fs::Dir,
+        p: &PayloadRecord,
+    ) -> bool {
+        use object_blobs::Known;
+        match objects.cache.lookup(&p.session_id, &p.name, &p.id) {
+            Known::This => dir.metadata(&p.name).is_ok(),
+            Known::Other => false,
+            Known::Unknown => {
+                let Ok(file) = dir.open(&p.name) else {
+                    return false;
+                };
+                let same = file.metadata().is_ok_and(|m| m.len() == p.size)
+                    && content::sha256_of(file.into_std()).is_ok_and(|h| h == p.sha256);
+                if same {
+                    let evict = objects
+                        .cache
+                        .added(&p.session_id, &p.name, &p.id, p.size, false);
+                    self.evict(evict);
+                }
+                same
+            }
+        }
     }
 
     /// Removes local copies the cache gave up (their objects stay).
@@ -1245,7 +1276,9 @@ impl PendingUpload<'_> {
         }
         s.usage_payloads += 1;
         if let Some(objects) = &store.objects {
-            let evict = objects.cache.added(&s.id, &record.name, record.size, false);
+            let evict = objects
+                .cache
+                .added(&s.id, &record.name, &record.id, record.size, false);
             store.evict(evict);
         }
         let mut b = Batch::new();

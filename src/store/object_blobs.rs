@@ -111,7 +111,11 @@ pub struct CacheStats {
     pub bytes: u64,
 }
 
-/// The bound and the recency order of the local copies.
+/// The bound, the recency order and the owner of the local copies. A copy
+/// is known by its session and file name (the path execs see) and by the
+/// payload it holds: a name can outlive its payload (deleted on another
+/// replica, then reused before the purge arrived), and a copy of the old
+/// payload must never be served for the new one.
 #[derive(Debug)]
 pub struct LocalCache {
     limit: u64,
@@ -120,8 +124,26 @@ pub struct LocalCache {
 
 #[derive(Debug, Default)]
 struct CacheState {
-    entries: HashMap<(SessionId, String), (u64, Instant)>,
+    entries: HashMap<(SessionId, String), Entry>,
     stats: CacheStats,
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    payload: PayloadId,
+    size: u64,
+    used: Instant,
+}
+
+/// What the cache knows of a local file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Known {
+    /// It holds this payload.
+    This,
+    /// It holds another payload (a reused name): not to be served.
+    Other,
+    /// Not known to this process (a copy from before a restart).
+    Unknown,
 }
 
 impl LocalCache {
@@ -137,27 +159,29 @@ impl LocalCache {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Notes a read served locally.
-    pub fn hit(&self, session: &SessionId, name: &str, size: u64) {
+    /// What the local file `name` of `session` is known to hold, for a read
+    /// of `payload`; a read of the copy it holds counts as a hit.
+    pub fn lookup(&self, session: &SessionId, name: &str, payload: &PayloadId) -> Known {
         let mut s = self.state();
-        s.stats.hits += 1;
-        let now = Instant::now();
-        let added = s
-            .entries
-            .insert((session.clone(), name.to_owned()), (size, now))
-            .is_none();
-        if added {
-            s.stats.bytes += size;
+        let Some(e) = s.entries.get_mut(&(session.clone(), name.to_owned())) else {
+            return Known::Unknown;
+        };
+        if e.payload != *payload {
+            return Known::Other;
         }
+        e.used = Instant::now();
+        s.stats.hits += 1;
+        Known::This
     }
 
-    /// Notes a copy now present (stored here or fetched); returns the
-    /// copies to evict, least recently used first, to get back under the
-    /// bound (never the one just added).
+    /// Notes a copy of `payload` now present (stored here or fetched);
+    /// returns the copies to evict, least recently used first, to get back
+    /// under the bound (never the one just added).
     pub fn added(
         &self,
         session: &SessionId,
         name: &str,
+        payload: &PayloadId,
         size: u64,
         fetched: bool,
     ) -> Vec<(SessionId, String)> {
@@ -167,11 +191,14 @@ impl LocalCache {
             s.stats.fetched_bytes += size;
         }
         let key = (session.clone(), name.to_owned());
-        if s.entries
-            .insert(key.clone(), (size, Instant::now()))
-            .is_none()
-        {
-            s.stats.bytes += size;
+        let entry = Entry {
+            payload: payload.clone(),
+            size,
+            used: Instant::now(),
+        };
+        match s.entries.insert(key.clone(), entry) {
+            Some(old) => s.stats.bytes = s.stats.bytes - old.size + size,
+            None => s.stats.bytes += size,
         }
         let mut out = Vec::new();
         if s.stats.bytes <= self.limit {
@@ -181,7 +208,7 @@ impl LocalCache {
             .entries
             .iter()
             .filter(|(k, _)| **k != key)
-            .map(|(k, (size, at))| (*at, k.clone(), *size))
+            .map(|(k, e)| (e.used, k.clone(), e.size))
             .collect();
         order.sort();
         for (_, k, size) in order {
@@ -199,8 +226,8 @@ impl LocalCache {
     /// Forgets a copy that was removed.
     pub fn removed(&self, session: &SessionId, name: &str) {
         let mut s = self.state();
-        if let Some((size, _)) = s.entries.remove(&(session.clone(), name.to_owned())) {
-            s.stats.bytes -= size;
+        if let Some(e) = s.entries.remove(&(session.clone(), name.to_owned())) {
+            s.stats.bytes -= e.size;
         }
     }
 
@@ -482,17 +509,35 @@ mod tests {
     fn the_cache_evicts_least_recently_used_copies_past_its_bound() {
         let c = LocalCache::new(100);
         let s = SessionId::generate();
-        assert!(c.added(&s, "a", 40, true).is_empty());
-        assert!(c.added(&s, "b", 40, true).is_empty());
-        c.hit(&s, "a", 40);
+        let (a, b, d) = (
+            PayloadId::generate(),
+            PayloadId::generate(),
+            PayloadId::generate(),
+        );
+        assert!(c.added(&s, "a", &a, 40, true).is_empty());
+        assert!(c.added(&s, "b", &b, 40, true).is_empty());
+        assert_eq!(c.lookup(&s, "a", &a), Known::This);
         // c pushes it to 120: b is the least recently used.
         assert_eq!(
-            c.added(&s, "c", 40, true),
+            c.added(&s, "c", &d, 40, true),
             vec![(s.clone(), "b".to_owned())]
         );
         let st = c.stats();
         assert_eq!((st.bytes, st.evictions, st.hits, st.misses), (80, 1, 1, 3));
         c.removed(&s, "a");
         assert_eq!(c.stats().bytes, 40);
+    }
+
+    #[test]
+    fn a_copy_under_a_reused_name_is_not_taken_for_the_new_payload() {
+        let c = LocalCache::new(1 << 20);
+        let s = SessionId::generate();
+        let (old, new) = (PayloadId::generate(), PayloadId::generate());
+        c.added(&s, "a.txt", &old, 10, false);
+        assert_eq!(c.lookup(&s, "a.txt", &new), Known::Other);
+        assert_eq!(c.lookup(&s, "b.txt", &new), Known::Unknown);
+        c.added(&s, "a.txt", &new, 12, true);
+        assert_eq!(c.lookup(&s, "a.txt", &new), Known::This);
+        assert_eq!(c.stats().bytes, 12);
     }
 }

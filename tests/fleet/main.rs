@@ -26,6 +26,11 @@ struct Fleet {
 
 impl Fleet {
     async fn start(extra_config: &str) -> Fleet {
+        Self::start_with_store(extra_config, "").await
+    }
+
+    /// With more `[store]` keys (TOML lines).
+    async fn start_with_store(extra_config: &str, store: &str) -> Fleet {
         use_engine(EngineKind::Postgres);
         let dir = tempfile::tempdir().unwrap();
         let db = spillway::testing::postgres::database();
@@ -33,7 +38,7 @@ impl Fleet {
         let config = write_config(dir.path());
         let mut text = std::fs::read_to_string(&config).unwrap();
         text.push_str(&format!(
-            "[store]\nblobs = {bucket:?}\n\n[store.s3]\nendpoint = {:?}\nregion = {:?}\naccess_key_id = {:?}\nsecret_access_key = {:?}\nallow_http = true\n\n{extra_config}",
+            "[store]\nblobs = {bucket:?}\n{store}\n[store.s3]\nendpoint = {:?}\nregion = {:?}\naccess_key_id = {:?}\nsecret_access_key = {:?}\nallow_http = true\n\n{extra_config}",
             s3.endpoint, s3.region, s3.access_key_id, s3.secret_access_key
         ));
         std::fs::write(&config, text).unwrap();
@@ -445,5 +450,38 @@ async fn another_replica_takes_over_the_reaper_when_its_holder_is_killed() {
     eprintln!(
         "reaper taken over and the expired payload deleted {:?} after kill -9",
         killed.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn a_reused_name_never_serves_the_deleted_payloads_local_copy() {
+    // No purge comes in time: the second replica still has the old copy.
+    let fleet = Fleet::start_with_store("", "purge_interval = \"1h\"\n").await;
+    let session = session_with(&fleet, proto::Policy::default()).await;
+    let mut a = fleet.replicas[0].payloads(ALICE).await;
+    let mut b = fleet.replicas[1].payloads(ALICE).await;
+    let old = upload(&mut a, header(&session.id, "a.txt"), b"the old bytes\n")
+        .await
+        .unwrap();
+    // The second replica keeps a copy of it under the name a.txt.
+    assert_eq!(download(&mut b, &old.id).await.unwrap(), b"the old bytes\n");
+    a.delete_payload(proto::DeletePayloadRequest {
+        payload_id: old.id.clone(),
+        reason: "replaced".into(),
+    })
+    .await
+    .unwrap();
+    // At once, before the purge reaches the second replica: the same name.
+    let new = upload(
+        &mut a,
+        header(&session.id, "a.txt"),
+        b"the NEW bytes, longer\n",
+    )
+    .await
+    .unwrap();
+    assert_eq!(new.name, old.name, "the name is free again");
+    assert_eq!(
+        download(&mut b, &new.id).await.unwrap(),
+        b"the NEW bytes, longer\n"
     );
 }
