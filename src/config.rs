@@ -67,6 +67,8 @@ pub struct Config {
     pub reaper: crate::reaper::ReaperConfig,
     /// The compliance console (see [`crate::console`]).
     pub console: ConsoleConfig,
+    /// The Prometheus endpoint (`[metrics]`).
+    pub metrics: crate::metrics::MetricsConfig,
     /// How long shutdown waits for in-flight calls before giving up on them.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
@@ -87,6 +89,7 @@ impl Default for Config {
             sandbox: crate::sandbox::SandboxConfig::default(),
             reaper: crate::reaper::ReaperConfig::default(),
             console: ConsoleConfig::default(),
+            metrics: crate::metrics::MetricsConfig::default(),
             shutdown_grace: Duration::from_secs(30),
         }
     }
@@ -737,5 +740,31 @@ roles = ["agent"]
         )]);
         let err = Config::load(None, &env, &Overrides::default()).unwrap_err();
         assert!(err.to_string().contains("limits.read_max_bytes"), "{err}");
+    }
+
+    #[test]
+    fn the_kubernetes_config_map_is_a_valid_fleet_configuration() {
+        let yaml = include_str!("../deploy/kubernetes/spillway.yaml");
+        let start = yaml
+            .find("spillway.toml: |\n")
+            .expect("the ConfigMap's file")
+            + 17;
+        let toml_text: String = yaml[start..]
+            .lines()
+            .take_while(|l| l.is_empty() || l.starts_with("    "))
+            .map(|l| format!("{}\n", l.strip_prefix("    ").unwrap_or(l)))
+            .collect();
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("spillway.toml");
+        std::fs::write(&file, &toml_text).unwrap();
+        // The Secret supplies the database URL.
+        let env = BTreeMap::from([(
+            "SPILLWAY_STORE__POSTGRES_URL".to_string(),
+            "postgres://u:p@db:5432/spillway".to_string(),
+        )]);
+        let c = Config::load(Some(&file), &env, &Overrides::default()).unwrap();
+        assert_eq!(c.store.engine, EngineKind::Postgres);
+        assert!(c.store.blobs.starts_with("s3://"));
+        assert!(c.metrics.listen.is_some());
     }
 }

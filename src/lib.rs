@@ -15,6 +15,8 @@
 //!   assembles the sections the rooms own (`[auth]` tokens, `[tls]`,
 //!   `[store]`, `[policy]`, `[offload]`, `[sandbox]`, `[reaper]`).
 //! - [`telemetry`]: `tracing` setup.
+//! - [`metrics`]: the Prometheus registry the rooms feed, and its
+//!   `/metrics` endpoint.
 //! - [`shutdown`]: the shutdown signal shared by the server's tasks.
 //! - [`server`]: builds the tonic server, health and reflection, and runs it.
 //! - [`tls`]: optional TLS and mutual TLS (rustls) for the server and CLI.
@@ -89,6 +91,7 @@ pub mod guest;
 pub mod ids;
 pub mod inspect;
 pub mod mcp;
+pub mod metrics;
 pub mod offload;
 pub mod policy;
 pub mod reaper;

@@ -224,6 +224,7 @@ pub fn spawn(
                     ReapStep::default()
                 }
             };
+            crate::metrics::reaper_lag(Duration::from_millis(step.lag_ms));
             audit(&audit_log, &step.receipts).await;
             if !step.receipts.is_empty() || step.held > 0 || step.failed > 0 {
                 tracing::info!(

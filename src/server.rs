@@ -131,6 +131,11 @@ pub enum ServerError {
     /// A startup task panicked.
     #[error("startup task failed: {0}")]
     Join(#[from] tokio::task::JoinError),
+    /// `metrics.listen` could not be bound.
+    #[error(
+        "cannot listen on metrics.listen: {0}; pick a free address or leave metrics.listen unset"
+    )]
+    MetricsListen(#[source] std::io::Error),
 }
 
 /// Bounds glibc's malloc arenas to two per core (its default is eight per
@@ -191,6 +196,14 @@ pub async fn run_with_clock(
     let tokens = Arc::new(tokens);
     // Bound before anything is opened: a taken address is a startup error.
     let console_listener = crate::console::bind(&config).await?;
+    let metrics_listener = match config.metrics.listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(ServerError::MetricsListen)?,
+        ),
+        None => None,
+    };
 
     let settings = StoreSettings {
         engine: config.store.engine,
@@ -355,6 +368,21 @@ pub async fn run_with_clock(
             resp
         });
 
+    let (metrics_stop, metrics_stopped) = tokio::sync::oneshot::channel::<()>();
+    if let Some(listener) = metrics_listener {
+        if let Ok(addr) = listener.local_addr() {
+            tracing::info!(%addr, "serving Prometheus metrics at /metrics");
+        }
+        tokio::spawn(async move {
+            let stop = async {
+                let _ = metrics_stopped.await;
+            };
+            if let Err(e) = crate::metrics::serve(listener, stop).await {
+                tracing::error!(error = %e, "the metrics endpoint stopped");
+            }
+        });
+    }
+
     let (drain_tx, drain_rx) = tokio::sync::oneshot::channel::<()>();
     // The console stops when this sender goes: at shutdown, or with the
     // server if it fails.
@@ -396,6 +424,7 @@ pub async fn run_with_clock(
         .max_frame_size(Some(MAX_FRAME))
         .http2_keepalive_interval(Some(std::time::Duration::from_secs(30)))
         .layer(oversize)
+        .layer(crate::metrics::RpcLayer)
         .add_routes(served.routes)
         .add_service(health)
         // TCP_NODELAY: without it, a reply that follows a small write of
@@ -421,6 +450,7 @@ pub async fn run_with_clock(
     {
         tracing::warn!("the console did not stop within 5 s; leaving it");
     }
+    let _ = metrics_stop.send(());
     // Reaping stops here; in fleet mode another replica takes the lease at
     // once instead of waiting for it to lapse.
     drop(_reaper_guard);

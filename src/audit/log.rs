@@ -301,6 +301,14 @@ impl AuditLog {
         if events.is_empty() {
             return Ok(Vec::new());
         }
+        let start = std::time::Instant::now();
+        let out = self.append_queued(events);
+        crate::metrics::audit_append(start.elapsed());
+        out
+    }
+
+    /// Joins the queue of appends and waits for the commit that seals these.
+    fn append_queued(&self, events: Vec<NewEvent>) -> Result<Vec<AuditEvent>> {
         let mut q = lock(&self.queue);
         let ticket = q.next_ticket;
         q.next_ticket += 1;

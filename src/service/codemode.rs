@@ -186,6 +186,7 @@ impl Service {
                     redactions,
                 };
                 let detail = exec_detail(&r.runtime, input_count, &reply);
+                crate::metrics::exec(&r.runtime, reply.status.name());
                 self.audit(p, event.detail(detail)).await?;
                 return Ok(reply);
             }
@@ -207,6 +208,7 @@ impl Service {
             redactor,
         };
         let reply = self.keep(&session, run, finished, verdict).await?;
+        crate::metrics::exec(&r.runtime, reply.status.name());
         let detail = exec_detail(&r.runtime, input_count, &reply);
         self.audit(p, event.detail(detail)).await?;
         Ok(reply)

@@ -33,6 +33,9 @@ pub struct ReapStep {
     pub cursor: Option<Vec<u8>>,
     /// Whether more due entries may follow the cursor.
     pub more: bool,
+    /// How far behind its due time the oldest entry looked at was (zero
+    /// when nothing was due).
+    pub lag_ms: u64,
 }
 
 impl Store {
@@ -55,6 +58,9 @@ impl Store {
             cursor: after.map(<[u8]>::to_vec),
             ..Default::default()
         };
+        if let Some((when, _, _)) = entries.first().and_then(|(k, _)| parse_key(k)) {
+            step.lag_ms = now.saturating_sub(when).max(0) as u64;
+        }
         for (key, _) in entries {
             self.reap_entry(lease, &key, &mut step)?;
             step.cursor = Some(key);

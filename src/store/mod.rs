@@ -1313,7 +1313,13 @@ impl PendingUpload<'_> {
             if let Ok(dir) = store.blobs.session_dir(&s.id) {
                 let _ = dir.remove_file(&record.name);
             }
+            if let Some(objects) = &store.objects {
+                objects.cache.removed(&s.id, &record.name);
+            }
             return Err(e.into());
+        }
+        if !linked {
+            crate::metrics::stored(&s.tenant, record.size);
         }
         Ok(record)
     }

@@ -171,6 +171,7 @@ impl LocalCache {
         }
         e.used = Instant::now();
         s.stats.hits += 1;
+        crate::metrics::cache_hit();
         Known::This
     }
 
@@ -189,6 +190,7 @@ impl LocalCache {
         if fetched {
             s.stats.misses += 1;
             s.stats.fetched_bytes += size;
+            crate::metrics::cache_miss(size);
         }
         let key = (session.clone(), name.to_owned());
         let entry = Entry {
@@ -220,6 +222,7 @@ impl LocalCache {
             s.stats.evictions += 1;
             out.push(k);
         }
+        crate::metrics::cache_evicted(out.len() as u64);
         out
     }
 

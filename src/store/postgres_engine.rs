@@ -84,6 +84,14 @@ fn pg_err(e: &tokio_postgres::Error) -> EngineError {
     }
 }
 
+/// A connection from `pool`, with the wait counted in the metrics.
+async fn connection(pool: &Pool) -> Result<Object, EngineError> {
+    let start = std::time::Instant::now();
+    let conn = pool.get().await;
+    crate::metrics::pool_wait(start.elapsed());
+    conn.map_err(pool_err)
+}
+
 fn pool_err(e: deadpool_postgres::PoolError) -> EngineError {
     EngineError::unavailable(
         NAME,
@@ -215,7 +223,7 @@ impl PostgresEngine {
     fn migrate(&self) -> Result<(), EngineError> {
         let pool = self.pool.clone();
         self.run(async move {
-            let mut client = pool.get().await.map_err(pool_err)?;
+            let mut client = connection(&pool).await?;
             let txn = client.transaction().await.map_err(|e| pg_err(&e))?;
             txn.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
                 .await
@@ -252,7 +260,7 @@ impl PostgresEngine {
     pub fn schema_version(&self) -> Result<i32, EngineError> {
         let pool = self.pool.clone();
         self.run(async move {
-            let client = pool.get().await.map_err(pool_err)?;
+            let client = connection(&pool).await?;
             let row = client
                 .query_one("SELECT coalesce(max(version), 0) FROM spillway_schema", &[])
                 .await
@@ -342,7 +350,7 @@ impl Engine for PostgresEngine {
         let pool = self.pool.clone();
         let key = key.to_vec();
         self.run(async move {
-            let client = pool.get().await.map_err(pool_err)?;
+            let client = connection(&pool).await?;
             let stmt = client
                 .prepare_cached("SELECT value FROM spillway_kv WHERE tree = $1 AND key = $2")
                 .await
@@ -370,7 +378,7 @@ impl Engine for PostgresEngine {
         let end = end.map(<[u8]>::to_vec);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.run(async move {
-            let client = pool.get().await.map_err(pool_err)?;
+            let client = connection(&pool).await?;
             let stmt = client
                 .prepare_cached(&range_sql(&start, &end))
                 .await
@@ -402,7 +410,7 @@ impl Engine for PostgresEngine {
         let fence = batch.fenced_by().cloned();
         let pool = self.pool.clone();
         self.run(async move {
-            let mut client = pool.get().await.map_err(pool_err)?;
+            let mut client = connection(&pool).await?;
             let Some(lease) = fence else {
                 let stmt = client.prepare_cached(COMMIT_SQL).await.map_err(|e| pg_err(&e))?;
                 client
@@ -446,7 +454,7 @@ impl Engine for PostgresEngine {
         keys.dedup();
         let locks = self.locks.clone();
         let conn = self.run(async move {
-            let conn = locks.get().await.map_err(pool_err)?;
+            let conn = connection(&locks).await?;
             for k in &keys {
                 if let Err(e) = conn.execute("SELECT pg_advisory_lock($1)", &[k]).await {
                     // Closing the connection releases what it took so far.
@@ -476,7 +484,7 @@ impl Engine for PostgresEngine {
         let holder = holder.to_owned();
         let ttl_ms = ttl.as_millis() as f64;
         self.run(async move {
-            let client = pool.get().await.map_err(pool_err)?;
+            let client = connection(&pool).await?;
             let row = client
                 .query_opt(LEASE_SQL, &[&name, &holder, &ttl_ms])
                 .await
@@ -494,7 +502,7 @@ impl PostgresEngine {
         let pool = self.pool.clone();
         let holder = holder.to_owned();
         self.run(async move {
-            let client = pool.get().await.map_err(pool_err)?;
+            let client = connection(&pool).await?;
             client
                 .execute(
                     "UPDATE spillway_leases SET expires_at = now() WHERE name = $1 AND holder = $2",

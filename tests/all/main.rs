@@ -13,6 +13,7 @@ mod hardening;
 mod inspect;
 mod lifecycle;
 mod limits;
+mod metrics;
 mod offload;
 mod payloads;
 mod policies;
