@@ -22,6 +22,7 @@
 //! Every method blocks; the API layer calls them from `spawn_blocking`.
 
 mod blobs;
+mod bridge;
 mod config;
 mod content;
 mod delete;
@@ -60,7 +61,7 @@ pub use config::{EngineKind, StoreConfig};
 pub use expiry::{REAPER, ReapStep};
 pub use lines::{LineIndex, LineIndexBuilder, STRIDE as LINE_INDEX_STRIDE};
 pub use names::base_name;
-pub use object_blobs::{CacheStats, ObjectBlobs, ObjectError, S3Config};
+pub use object_blobs::{ObjectBlobs, ObjectError, S3Config};
 pub use postgres_engine::{PostgresEngine, PostgresSettings};
 pub use read::{ReadOut, ReadSpec};
 pub use reconcile::ReconcileReport;
@@ -875,20 +876,6 @@ impl Store {
             if let Ok(dir) = self.blobs.session_dir(&session) {
                 let _ = dir.remove_file(&name);
             }
-        }
-    }
-
-    /// The local copies' counters, with object storage.
-    pub fn cache_stats(&self) -> Option<CacheStats> {
-        self.objects.as_ref().map(|o| o.cache.stats())
-    }
-
-    /// Whether the bucket holds a payload's object (`None` without object
-    /// storage).
-    pub fn object_exists(&self, p: &PayloadRecord) -> Result<Option<bool>> {
-        match &self.objects {
-            Some(o) => Ok(Some(o.exists(&p.session_id, &p.id)?)),
-            None => Ok(None),
         }
     }
 

@@ -16,8 +16,8 @@
 //! its byte bound. Deletion removes the objects and every replica's copy
 //! (see `super::delete`).
 //!
-//! **Blocking.** The store is blocking and object_store is async: this owns
-//! a small runtime and waits on a channel, from any thread.
+//! **Blocking.** The store is blocking and object_store is async: calls run
+//! on this room's [`Bridge`] and are waited for, with a timeout.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -32,6 +32,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 use tokio_stream::StreamExt as _;
 
+use super::bridge::Bridge;
 use crate::ids::{PayloadId, SessionId};
 
 /// Uploads above this size go multipart, in parts of this size.
@@ -96,21 +97,6 @@ pub fn parse_url(url: &str) -> Result<(String, String), ObjectError> {
     Ok((bucket.to_owned(), prefix.trim_matches('/').to_owned()))
 }
 
-/// Counters of the local copies, for metrics.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CacheStats {
-    /// Reads served by a local copy.
-    pub hits: u64,
-    /// Reads that fetched from the bucket.
-    pub misses: u64,
-    /// Bytes fetched.
-    pub fetched_bytes: u64,
-    /// Copies evicted.
-    pub evictions: u64,
-    /// Bytes held now.
-    pub bytes: u64,
-}
-
 /// The bound, the recency order and the owner of the local copies. A copy
 /// is known by its session and file name (the path execs see) and by the
 /// payload it holds: a name can outlive its payload (deleted on another
@@ -125,7 +111,8 @@ pub struct LocalCache {
 #[derive(Debug, Default)]
 struct CacheState {
     entries: HashMap<(SessionId, String), Entry>,
-    stats: CacheStats,
+    /// Bytes of copies held now.
+    bytes: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -170,7 +157,6 @@ impl LocalCache {
             return Known::Other;
         }
         e.used = Instant::now();
-        s.stats.hits += 1;
         crate::metrics::cache_hit();
         Known::This
     }
@@ -188,8 +174,6 @@ impl LocalCache {
     ) -> Vec<(SessionId, String)> {
         let mut s = self.state();
         if fetched {
-            s.stats.misses += 1;
-            s.stats.fetched_bytes += size;
             crate::metrics::cache_miss(size);
         }
         let key = (session.clone(), name.to_owned());
@@ -199,11 +183,11 @@ impl LocalCache {
             used: Instant::now(),
         };
         match s.entries.insert(key.clone(), entry) {
-            Some(old) => s.stats.bytes = s.stats.bytes - old.size + size,
-            None => s.stats.bytes += size,
+            Some(old) => s.bytes = s.bytes - old.size + size,
+            None => s.bytes += size,
         }
         let mut out = Vec::new();
-        if s.stats.bytes <= self.limit {
+        if s.bytes <= self.limit {
             return out;
         }
         let mut order: Vec<_> = s
@@ -214,12 +198,11 @@ impl LocalCache {
             .collect();
         order.sort();
         for (_, k, size) in order {
-            if s.stats.bytes <= self.limit {
+            if s.bytes <= self.limit {
                 break;
             }
             s.entries.remove(&k);
-            s.stats.bytes -= size;
-            s.stats.evictions += 1;
+            s.bytes -= size;
             out.push(k);
         }
         crate::metrics::cache_evicted(out.len() as u64);
@@ -230,13 +213,13 @@ impl LocalCache {
     pub fn removed(&self, session: &SessionId, name: &str) {
         let mut s = self.state();
         if let Some(e) = s.entries.remove(&(session.clone(), name.to_owned())) {
-            s.stats.bytes -= e.size;
+            s.bytes -= e.size;
         }
     }
 
-    /// The counters now.
-    pub fn stats(&self) -> CacheStats {
-        self.state().stats
+    /// Bytes of copies held now.
+    pub fn bytes(&self) -> u64 {
+        self.state().bytes
     }
 }
 
@@ -244,8 +227,7 @@ impl LocalCache {
 pub struct ObjectBlobs {
     store: Arc<AmazonS3>,
     prefix: String,
-    rt: Option<tokio::runtime::Runtime>,
-    handle: tokio::runtime::Handle,
+    bridge: Bridge,
     /// One lock per payload being fetched, so concurrent readers wait for
     /// one fetch instead of starting their own.
     fetching: Mutex<HashMap<PayloadId, Arc<Mutex<()>>>>,
@@ -259,14 +241,6 @@ impl std::fmt::Debug for ObjectBlobs {
         f.debug_struct("ObjectBlobs")
             .field("prefix", &self.prefix)
             .finish_non_exhaustive()
-    }
-}
-
-impl Drop for ObjectBlobs {
-    fn drop(&mut self) {
-        if let Some(rt) = self.rt.take() {
-            rt.shutdown_background();
-        }
     }
 }
 
@@ -305,17 +279,10 @@ impl ObjectBlobs {
             .with_allow_http(config.allow_http)
             .build()
             .map_err(|e| ObjectError::Config(e.to_string()))?;
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("spillway-objects")
-            .enable_all()
-            .build()?;
-        let handle = rt.handle().clone();
         Ok(Self {
             store: Arc::new(store),
             prefix,
-            rt: Some(rt),
-            handle,
+            bridge: Bridge::new("spillway-objects")?,
             fetching: Mutex::new(HashMap::new()),
             cache: LocalCache::new(cache_bytes),
             timeout: Duration::from_secs(120),
@@ -327,19 +294,17 @@ impl ObjectBlobs {
         f: impl Future<Output = Result<T, ObjectError>> + Send + 'static,
     ) -> Result<T, ObjectError> {
         let timeout = self.timeout;
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        self.handle.spawn(async move {
-            let out = match tokio::time::timeout(timeout, f).await {
-                Ok(r) => r,
-                Err(_) => Err(unavailable(format!(
-                    "no answer within {} s",
-                    timeout.as_secs()
-                ))),
-            };
-            let _ = tx.send(out);
-        });
-        rx.recv()
-            .map_err(|_| unavailable("the object-storage runtime stopped"))?
+        self.bridge
+            .wait(async move {
+                match tokio::time::timeout(timeout, f).await {
+                    Ok(r) => r,
+                    Err(_) => Err(unavailable(format!(
+                        "no answer within {} s",
+                        timeout.as_secs()
+                    ))),
+                }
+            })
+            .ok_or_else(|| unavailable("the object-storage runtime stopped"))?
     }
 
     /// The object of a payload.
@@ -459,19 +424,6 @@ impl ObjectBlobs {
         })
     }
 
-    /// Whether the payload's object exists (tests and reconciliation).
-    pub fn exists(&self, session: &SessionId, payload: &PayloadId) -> Result<bool, ObjectError> {
-        let store = self.store.clone();
-        let key = self.key(session, payload);
-        self.run(async move {
-            match store.head(&key).await {
-                Ok(_) => Ok(true),
-                Err(object_store::Error::NotFound { .. }) => Ok(false),
-                Err(e) => Err(unavailable(e)),
-            }
-        })
-    }
-
     /// The lock that makes concurrent readers of one payload share one
     /// fetch; the caller holds it while it checks for and fills the copy.
     pub fn fetch_lock(&self, payload: &PayloadId) -> Arc<Mutex<()>> {
@@ -525,10 +477,9 @@ mod tests {
             c.added(&s, "c", &d, 40, true),
             vec![(s.clone(), "b".to_owned())]
         );
-        let st = c.stats();
-        assert_eq!((st.bytes, st.evictions, st.hits, st.misses), (80, 1, 1, 3));
+        assert_eq!(c.bytes(), 80);
         c.removed(&s, "a");
-        assert_eq!(c.stats().bytes, 40);
+        assert_eq!(c.bytes(), 40);
     }
 
     #[test]
@@ -541,6 +492,6 @@ mod tests {
         assert_eq!(c.lookup(&s, "b.txt", &new), Known::Unknown);
         c.added(&s, "a.txt", &new, 12, true);
         assert_eq!(c.lookup(&s, "a.txt", &new), Known::This);
-        assert_eq!(c.stats().bytes, 12);
+        assert_eq!(c.bytes(), 12);
     }
 }

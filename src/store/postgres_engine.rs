@@ -19,18 +19,19 @@
 //! unlocks; if that fails, the connection is closed, which releases them.
 //!
 //! **Blocking.** The trait is blocking (callers use `spawn_blocking`), and
-//! tokio-postgres is async: the engine owns a small runtime that drives the
-//! connections, and each call waits for its task on a channel, which works
-//! from any thread.
+//! tokio-postgres is async: the engine's [`Bridge`] drives the connections,
+//! and each call waits for its task there.
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::ops::Bound;
+use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 use tokio_postgres::NoTls;
 
+use super::bridge::Bridge;
 use super::engine::{Batch, Engine, EngineError, EngineLock, Entry, Lease, LockKey, Tree};
 
 const NAME: &str = "postgres";
@@ -129,8 +130,7 @@ impl PostgresSettings {
 
 /// The Postgres engine.
 pub struct PostgresEngine {
-    rt: Option<tokio::runtime::Runtime>,
-    handle: tokio::runtime::Handle,
+    bridge: Arc<Bridge>,
     pool: Pool,
     locks: Pool,
 }
@@ -140,16 +140,6 @@ impl std::fmt::Debug for PostgresEngine {
         f.debug_struct("PostgresEngine")
             .field("pool", &self.pool.status())
             .finish_non_exhaustive()
-    }
-}
-
-impl Drop for PostgresEngine {
-    fn drop(&mut self) {
-        // Dropping a runtime blocks, which panics inside another runtime;
-        // the connections' tasks need no waiting for.
-        if let Some(rt) = self.rt.take() {
-            rt.shutdown_background();
-        }
     }
 }
 
@@ -183,23 +173,16 @@ impl PostgresEngine {
             .url
             .parse()
             .map_err(|e| err(format!("store.postgres_url is not a Postgres URL: {e}")))?;
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("spillway-postgres")
-            .enable_all()
-            .build()
-            .map_err(err)?;
-        let handle = rt.handle().clone();
+        let bridge = Arc::new(Bridge::new("spillway-postgres").map_err(err)?);
         let (pool, locks) = {
-            let _entered = rt.enter();
+            let _entered = bridge.handle().enter();
             (
                 build_pool(&config, settings.pool_size, settings.wait)?,
                 build_pool(&config, settings.lock_pool_size, settings.wait)?,
             )
         };
         let engine = Self {
-            rt: Some(rt),
-            handle,
+            bridge,
             pool,
             locks,
         };
@@ -212,12 +195,9 @@ impl PostgresEngine {
         &self,
         f: impl Future<Output = Result<T, EngineError>> + Send + 'static,
     ) -> Result<T, EngineError> {
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        self.handle.spawn(async move {
-            let _ = tx.send(f.await);
-        });
-        rx.recv()
-            .map_err(|_| err("the Postgres engine's runtime stopped"))?
+        self.bridge
+            .wait(f)
+            .ok_or_else(|| err("the Postgres engine's runtime stopped"))?
     }
 
     fn migrate(&self) -> Result<(), EngineError> {
@@ -466,7 +446,7 @@ impl Engine for PostgresEngine {
         })?;
         Ok(EngineLock::holding(Held {
             conn: Some(conn),
-            handle: self.handle.clone(),
+            bridge: self.bridge.clone(),
         }))
     }
 
@@ -518,7 +498,7 @@ impl PostgresEngine {
 /// Advisory locks held on one connection of the lock pool.
 struct Held {
     conn: Option<Object>,
-    handle: tokio::runtime::Handle,
+    bridge: Arc<Bridge>,
 }
 
 impl Drop for Held {
@@ -526,16 +506,13 @@ impl Drop for Held {
         let Some(conn) = self.conn.take() else {
             return;
         };
-        let (tx, rx) = std::sync::mpsc::sync_channel::<()>(1);
-        self.handle.spawn(async move {
+        // Waits, so the next taker in this process finds the locks free.
+        self.bridge.wait(async move {
             if let Err(e) = conn.execute("SELECT pg_advisory_unlock_all()", &[]).await {
                 tracing::warn!(error = %pg_err(&e), "could not release advisory locks; closing their connection, which releases them");
                 drop(Object::take(conn));
             }
-            let _ = tx.send(());
         });
-        // Wait, so the next taker in this process finds the locks free.
-        let _ = rx.recv();
     }
 }
 
