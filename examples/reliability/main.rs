@@ -43,10 +43,8 @@ const SCENARIOS: &[&str] = &[
 ];
 
 /// Scenarios in the full suite but not yet in CI's smoke run, with the
-/// reason printed at each smoke run. `tenants` holds its error, log and
-/// memory bounds, but a spinning neighbour tenant still doubles the
-/// victim's Exec p99 on two cores: CPU time is not yet shared per tenant.
-const NOT_IN_SMOKE: &[&str] = &["tenants"];
+/// reason printed at each smoke run. Every scenario is in it today.
+const NOT_IN_SMOKE: &[&str] = &[];
 
 #[derive(Parser)]
 #[command(about = "Spillway's reliability suite against the real binary")]

@@ -370,6 +370,7 @@ pub fn exec_result(r: crate::service::ExecReply) -> proto::ExecResult {
             compile_us: u.compile_us,
             denied_calls: u.denied_calls,
             scratch_entries: u.scratch_entries,
+            cpu_wait_us: u.cpu_wait_us,
         }),
         clamped: r.clamped,
         effective_limits: Some(exec_limits(&r.effective_limits)),

@@ -5,7 +5,6 @@ use tonic::{Request, Response, Status};
 use tracing::instrument;
 
 use super::{convert, parts, principal};
-use crate::error::ApiError;
 use crate::proto::{self, get_policy_request::Target, policies_server::Policies};
 use crate::service::{PolicyTarget, PolicyView};
 
@@ -23,12 +22,8 @@ impl Policies for PoliciesService {
     ) -> Result<Response<proto::Policy>, Status> {
         let p = principal(&req)?;
         let target = match req.into_inner().target {
-            None => {
-                return Err(ApiError::BadRequest(
-                    "give a target: tenant (the tenant's policy as set) or session_id (a session's effective policy)".into(),
-                )
-                .into());
-            }
+            // No target: the caller's own tenant.
+            None => PolicyTarget::Tenant(String::new()),
             Some(Target::Tenant(tenant)) => PolicyTarget::Tenant(tenant),
             Some(Target::SessionId(id)) => PolicyTarget::Session(id),
         };

@@ -12,8 +12,8 @@ use crate::proto::{self, get_policy_request::Target};
 pub enum PolicyCommand {
     /// Show a tenant's policy as set, or a session's effective policy.
     Get {
-        /// The tenant whose policy to show.
-        #[arg(long, conflicts_with = "session", required_unless_present = "session")]
+        /// The tenant whose policy to show (default: your own).
+        #[arg(long, conflicts_with = "session")]
         tenant: Option<String>,
         /// The session whose effective policy to show.
         #[arg(long)]
@@ -27,9 +27,9 @@ pub enum PolicyCommand {
 /// `spillway policy set`.
 #[derive(Debug, Args)]
 pub struct SetArgs {
-    /// The tenant.
+    /// The tenant (default: your own).
     #[arg(long)]
-    pub tenant: String,
+    pub tenant: Option<String>,
     /// Start from this policy, in proto3 JSON; the flags below override it.
     #[arg(long)]
     pub file: Option<PathBuf>,
@@ -172,7 +172,7 @@ pub fn set_request(a: SetArgs) -> anyhow::Result<proto::SetPolicyRequest> {
         p.locked = true;
     }
     Ok(proto::SetPolicyRequest {
-        tenant: a.tenant,
+        tenant: a.tenant.unwrap_or_default(),
         policy: Some(p),
     })
 }

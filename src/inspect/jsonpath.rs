@@ -69,6 +69,30 @@ impl Tracker {
         Some(self.render())
     }
 
+    /// Feeds the next bytes of a document read in pieces (a file that
+    /// spans lines); `false` once the tracker has given up.
+    pub fn feed(&mut self, bytes: &[u8]) -> bool {
+        for &b in bytes {
+            if self.broken {
+                return false;
+            }
+            self.step(b);
+        }
+        self.pos += bytes.len();
+        !self.broken
+    }
+
+    /// The path at the position fed so far; `None` once given up.
+    pub fn path(&self) -> Option<String> {
+        (!self.broken).then(|| self.render())
+    }
+
+    /// Whether every container opened so far has closed again (a document
+    /// fed whole is then complete).
+    pub fn is_closed(&self) -> bool {
+        self.stack.is_empty() && !self.in_string
+    }
+
     fn step(&mut self, b: u8) {
         if self.in_string {
             if self.escaped {

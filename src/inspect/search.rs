@@ -3,6 +3,7 @@
 //! oriented search with context. A deadline bounds the time of one call.
 
 use std::io::{self, Read};
+use std::os::unix::fs::FileExt as _;
 use std::time::Instant;
 
 use super::jsonpath::Tracker;
@@ -57,8 +58,10 @@ pub struct Hit {
     pub line: String,
     /// For a long line, the window shown: `[start, end)` in payload bytes.
     pub window: Option<(u64, u64)>,
-    /// The JSON path (jq syntax) of the innermost value holding the match,
-    /// when the line is one JSON document (minified, or an NDJSON record).
+    /// The JSON path (jq syntax) of the innermost value holding the match:
+    /// in a line that is one JSON document (minified, or an NDJSON record),
+    /// or in a JSON document that spans lines (pretty-printed, or an array
+    /// of one record per line).
     pub json_path: String,
     /// Context before.
     pub before: Vec<String>,
@@ -141,6 +144,7 @@ pub fn search_file(
     let mmap = unsafe { grep_searcher::MmapChoice::auto() };
     let mut searcher = builder(c).memory_map(mmap).build();
     let mut sink = Collector::new(&c.matcher, hits, budget, *bytes_left, Some(deadline));
+    sink.document = DocumentPath::of(file, deadline)?;
     searcher.search_file(&c.matcher, file, &mut sink)?;
     *bytes_left = sink.bytes_left;
     Ok((sink.stop(), sink.seen))
@@ -186,6 +190,90 @@ struct Collector<'a> {
     /// Bytes of lines still allowed in the reply.
     bytes_left: usize,
     out_of_bytes: bool,
+    /// For a JSON document that spans lines: paths come from it, not from
+    /// each line on its own.
+    document: Option<DocumentPath<'a>>,
+}
+
+/// Bytes read at a time while scanning a document up to a match.
+const SCAN_CHUNK: usize = 64 << 10;
+
+/// The JSON path of matches in a document that spans lines: one forward
+/// scan from the start of the file, fed up to each match in turn (matches
+/// come in order), so its cost is linear in the bytes up to the last
+/// match. It gives up (no more paths, the search goes on) at the deadline
+/// or when the document is not JSON after all.
+struct DocumentPath<'f> {
+    file: &'f std::fs::File,
+    tracker: Tracker,
+    fed: u64,
+    deadline: Instant,
+    gave_up: bool,
+    buf: Vec<u8>,
+}
+
+impl<'f> DocumentPath<'f> {
+    /// A scanner when `file` holds one JSON document over several lines:
+    /// it starts like a container and its first line (within the first
+    /// [`SCAN_CHUNK`] bytes) does not close it. NDJSON and a minified
+    /// document get `None`: their lines are documents of their own.
+    fn of(file: &'f std::fs::File, deadline: Instant) -> io::Result<Option<Self>> {
+        let mut buf = vec![0; SCAN_CHUNK];
+        let n = read_full_at(file, &mut buf, 0)?;
+        let head = &buf[..n];
+        let Some(line_end) = memchr::memchr(b'\n', head) else {
+            return Ok(None);
+        };
+        let first = &head[..line_end];
+        if !Tracker::applies(first) {
+            return Ok(None);
+        }
+        let mut probe = Tracker::new();
+        if !probe.feed(first) || probe.is_closed() {
+            return Ok(None);
+        }
+        Ok(Some(Self {
+            file,
+            tracker: Tracker::new(),
+            fed: 0,
+            deadline,
+            gave_up: false,
+            buf,
+        }))
+    }
+
+    /// The path at byte `at` of the file; `None` once given up.
+    fn path_at(&mut self, at: u64) -> Option<String> {
+        while !self.gave_up && self.fed < at {
+            let want = usize::try_from(at - self.fed).map_or(SCAN_CHUNK, |n| n.min(SCAN_CHUNK));
+            let read = read_full_at(self.file, &mut self.buf[..want], self.fed);
+            self.gave_up = match read {
+                Ok(n) if n > 0 && self.tracker.feed(&self.buf[..n]) => {
+                    self.fed += n as u64;
+                    Instant::now() >= self.deadline
+                }
+                _ => true,
+            };
+        }
+        if self.gave_up {
+            return None;
+        }
+        self.tracker.path()
+    }
+}
+
+/// Reads from `offset` until `buf` is full or the file ends.
+fn read_full_at(file: &std::fs::File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read_at(&mut buf[n..], offset + n as u64) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
 }
 
 /// Line numbers, context, and binary payloads skipped at the first NUL.
@@ -218,6 +306,7 @@ impl<'a> Collector<'a> {
             timed_out: false,
             bytes_left,
             out_of_bytes: false,
+            document: None,
         }
     }
 
@@ -260,7 +349,7 @@ impl Sink for Collector<'_> {
                 // empty match at the end); report the line start.
                 spans.push((0, 0));
             }
-            let mut path = Tracker::applies(text).then(Tracker::new);
+            let mut path = (self.document.is_none() && Tracker::applies(text)).then(Tracker::new);
             for (start, end) in spans {
                 self.seen += 1;
                 if self.hits.len() >= self.budget {
@@ -285,10 +374,11 @@ impl Sink for Collector<'_> {
                     return Ok(false);
                 }
                 self.bytes_left -= size;
-                let json_path = path
-                    .as_mut()
-                    .and_then(|t| t.path_at(text, start))
-                    .unwrap_or_default();
+                let json_path = match &mut self.document {
+                    Some(doc) => doc.path_at(offset + start as u64),
+                    None => path.as_mut().and_then(|t| t.path_at(text, start)),
+                }
+                .unwrap_or_default();
                 self.hits.push(Hit {
                     line_number: number,
                     byte_offset: offset,
@@ -594,5 +684,56 @@ mod tests {
         assert_eq!(hits[0].line, "{\"a\":\"b\"}");
         assert_eq!((hits[0].window, hits[0].json_path.as_str()), (None, ".a"));
         assert_eq!((hits[1].match_offset, hits[1].json_path.as_str()), (11, ""));
+    }
+
+    fn run_file(query: &Query, text: &[u8]) -> Vec<Hit> {
+        let mut f = tempfile::tempfile().unwrap();
+        std::io::Write::write_all(&mut f, text).unwrap();
+        let c = compile(query).unwrap();
+        let mut hits = Vec::new();
+        search_file(
+            &c,
+            &f,
+            100,
+            &mut MAX_REPLY_BYTES.clone(),
+            Instant::now() + Duration::from_secs(10),
+            &mut hits,
+        )
+        .unwrap();
+        hits
+    }
+
+    #[test]
+    fn matches_in_a_pretty_printed_document_carry_their_path_in_the_whole_document() {
+        let records: Vec<serde_json::Value> = (0..300)
+            .map(|i| {
+                let login = if i == 211 { "needle" } else { "someone" };
+                serde_json::json!({"id": i, "user": {"login": login, "tags": ["a", "b"]}})
+            })
+            .collect();
+        let pretty = serde_json::to_vec_pretty(&serde_json::json!({"items": records})).unwrap();
+        let hits = run_file(&q("needle"), &pretty);
+        assert_eq!(hits.len(), 1);
+        assert_eq!(hits[0].json_path, ".items[211].user.login");
+        // One record per line inside an array: the line's own `{` is not
+        // the document's start.
+        let lines: Vec<String> = (0..50)
+            .map(|i| {
+                format!(
+                    "{{\"n\":{i},\"w\":\"{}\"}}",
+                    if i == 42 { "needle" } else { "hay" }
+                )
+            })
+            .collect();
+        let per_line = format!("[\n{}\n]\n", lines.join(",\n"));
+        let hits = run_file(&q("needle"), per_line.as_bytes());
+        assert_eq!(hits[0].json_path, ".[42].w");
+    }
+
+    #[test]
+    fn ndjson_records_keep_paths_of_their_own_line_in_a_file() {
+        let text = b"{\"a\":1}\n{\"b\":{\"c\":\"needle\"}}\n";
+        let hits = run_file(&q("needle"), text);
+        assert_eq!(hits[0].json_path, ".b.c");
     }
 }

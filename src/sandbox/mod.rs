@@ -9,6 +9,7 @@
 //!   `/out`), built through cap-std.
 //! - [`pipe`]: capped stdout and stderr.
 //! - [`run`]: one run in a fresh store, and how it ended.
+//! - [`cpu`]: turns on the exec threads, shared by tenant, then session.
 //! - [`limits`]: defaults, ceilings and clamping.
 //! - [`outcome`]: the status and the message for the model.
 //!
@@ -16,13 +17,16 @@
 //! holds a thread the RPC path needs; at most `max_concurrent_execs` run at
 //! once, and at most `max_queued_execs` wait. Each tenant (a plain key the
 //! caller passes in [`ExecSpec::tenant`]) has its own share of both, so one
-//! tenant at its bound is refused while the others still run.
+//! tenant at its bound is refused while the others still run. Among the
+//! running guests, CPU time goes round-robin by tenant, then session, so a
+//! tenant running many scripts slows only itself.
 //!
 //! A caller's module is checked (size, function count, estimated compile
 //! memory) before it is compiled, and compiled on a thread of its own at
 //! exec priority, under a compile slot of its tenant and within the exec's
 //! deadline; no lock is shared between tenants' compiles.
 
+pub mod cpu;
 pub mod engine;
 pub mod images;
 pub mod limits;
@@ -44,6 +48,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::{OnceCell, Semaphore, watch};
 
 use crate::fairness::{Bound, KeyedSlots, Refused};
+use cpu::CpuShare;
 use engine::{PoolSize, TickingEngine};
 use images::{Artifact, Manifest};
 use limits::ExecLimits;
@@ -204,9 +209,12 @@ pub struct ExecSpec {
     pub inputs: Vec<ExecInput>,
     /// Resolved limits.
     pub limits: ExecLimits,
-    /// The caller's tenant: the key of its share of exec and compile slots
-    /// and of its compiled modules.
+    /// The caller's tenant: the key of its share of exec and compile slots,
+    /// of the CPU and of its compiled modules.
     pub tenant: String,
+    /// The session: within its tenant's share of the CPU, sessions take
+    /// turns.
+    pub session: String,
 }
 
 /// A finished exec: the run, and the directory holding `/out` until the
@@ -312,6 +320,8 @@ pub struct Sandbox {
     modules: Arc<Mutex<ModuleCache<Arc<Prepared>>>>,
     in_flight: InFlight,
     guest_log: GuestLog,
+    /// Turns on the exec runtime's threads, by tenant, then session.
+    cpu: CpuShare,
     runtime: Option<tokio::runtime::Runtime>,
     seq: AtomicUsize,
 }
@@ -431,6 +441,7 @@ impl Sandbox {
             modules: Arc::new(Mutex::new(ModuleCache::new(cfg.module_cache_bytes))),
             in_flight: InFlight::default(),
             guest_log: GuestLog::default(),
+            cpu: CpuShare::new(threads, cpu::STALE),
             work: WorkRoot::open(data_dir)?,
             cache_dir,
             main,
@@ -669,6 +680,7 @@ impl Sandbox {
                         peak_memory_bytes: 0,
                         fuel_consumed: 0,
                         denied_socket_calls: 0,
+                        cpu_wait: Duration::ZERO,
                     };
                     return Ok(Ok(Finished {
                         outcome,
@@ -713,6 +725,7 @@ impl Sandbox {
             limits,
             max_stderr_bytes: self.cfg.max_stderr_bytes,
             scratch,
+            seat: self.cpu.seat(&spec.tenant, &spec.session),
         };
         let engine = self.engines(fuel).await?.engine.engine().clone();
         let outcome = run::run(&engine, &prepared, work.clone(), run_spec).await?;

@@ -287,6 +287,7 @@ mod tests {
             peak_memory_bytes: 0,
             fuel_consumed: 0,
             denied_socket_calls: 0,
+            cpu_wait: Duration::ZERO,
         }
     }
 

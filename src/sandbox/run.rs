@@ -13,6 +13,7 @@ use wasmtime_wasi::p2::bindings::CommandPre;
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::SandboxError;
+use super::cpu::Seat;
 use super::images::Artifact;
 use super::limits::ExecLimits;
 use super::pipe::{CappedPipe, OutputLimit};
@@ -42,6 +43,7 @@ pub struct Host {
     scratch_over: Option<Usage>,
     instantiated: Option<Instant>,
     denied_socket_calls: u64,
+    seat: Arc<Seat>,
 }
 
 impl WasiView for Host {
@@ -193,6 +195,8 @@ pub struct RunSpec {
     pub max_stderr_bytes: usize,
     /// `/tmp` plus `/out` caps.
     pub scratch: ScratchLimit,
+    /// Its place at the CPU, shared by tenant, then session.
+    pub seat: Arc<Seat>,
 }
 
 /// How a run ended.
@@ -243,6 +247,9 @@ pub struct RunOutcome {
     pub fuel_consumed: u64,
     /// Socket calls the guest made, each refused (never logged one by one).
     pub denied_socket_calls: u64,
+    /// The part of `wall` spent waiting for a turn on the CPU while other
+    /// guests ran.
+    pub cpu_wait: Duration,
 }
 
 /// Runs `prepared` once in a fresh store.
@@ -296,6 +303,7 @@ pub async fn run(
         scratch_over: None,
         instantiated: None,
         denied_socket_calls: 0,
+        seat: spec.seat.clone(),
     };
     let mut store = Store::new(engine, host);
     store.limiter(|h| &mut h.memory);
@@ -322,15 +330,24 @@ pub async fn run(
                 return Ok(UpdateDeadline::Interrupt);
             }
         }
-        Ok(UpdateDeadline::Yield(1))
+        // Hand the turn on if others wait for one (fair by tenant).
+        Ok(UpdateDeadline::YieldCustom(
+            1,
+            Box::pin(host.seat.clone().pass()),
+        ))
     });
 
     let budget = limits.timeout() + HOST_CALL_GRACE;
-    let (result, store) = match tokio::time::timeout(budget, call(&mut store, prepared)).await {
+    let first_turn_and_call = async {
+        spec.seat.clone().take_turn().await;
+        call(&mut store, prepared).await
+    };
+    let (result, store) = match tokio::time::timeout(budget, first_turn_and_call).await {
         Ok(r) => (Some(r), store),
         // Blocked in a host call past the deadline: the call is dropped.
         Err(_) => (None, store),
     };
+    spec.seat.leave();
     let host = store.data();
     let fuel_consumed = if limits.fuel > 0 {
         limits.fuel.saturating_sub(store.get_fuel().unwrap_or(0))
@@ -360,6 +377,7 @@ pub async fn run(
         peak_memory_bytes: host.memory.peak as u64,
         fuel_consumed,
         denied_socket_calls: host.denied_socket_calls,
+        cpu_wait: spec.seat.waited(),
     })
 }
 

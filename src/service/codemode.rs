@@ -82,6 +82,9 @@ pub struct ExecUsage {
     pub denied_calls: u64,
     /// Files and directories under `/tmp` and `/out` at their peak.
     pub scratch_entries: u64,
+    /// The part of the run spent waiting for a turn on the CPU while other
+    /// guests ran (turns are shared by tenant, then session).
+    pub cpu_wait_us: u64,
 }
 
 /// The outcome of one exec.
@@ -162,6 +165,7 @@ impl Service {
             inputs: inputs.into_iter().map(|(_, i)| i).collect(),
             limits: resolved.limits,
             tenant: p.tenant.clone(),
+            session: session.id.to_string(),
         };
         let event = NewEvent::new(action::EXEC_RUN).session(&session.id);
         let input_count = input_ids.len();
@@ -420,6 +424,7 @@ impl Service {
                 compile_us: finished.compile.as_micros() as u64,
                 denied_calls: out.denied_socket_calls,
                 scratch_entries: finished.scratch_entries,
+                cpu_wait_us: out.cpu_wait.as_micros() as u64,
             },
             clamped: resolved.clamped,
             effective_limits: resolved.limits,

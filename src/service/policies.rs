@@ -22,7 +22,7 @@ const MAX_TENANT: usize = 256;
 /// Whose policy GetPolicy asks for.
 #[derive(Debug, Clone)]
 pub enum PolicyTarget {
-    /// A tenant's policy as set.
+    /// A tenant's policy as set (empty: the caller's own tenant).
     Tenant(String),
     /// A session's effective policy.
     Session(String),
@@ -38,26 +38,38 @@ pub enum PolicyView {
 }
 
 impl Service {
-    /// Checks that `p` may call `rpc` for `tenant`; a refusal is audited.
-    async fn tenant_access(&self, p: &Principal, rpc: Rpc, tenant: &str) -> ApiResult<()> {
+    /// Checks that `p` may call `rpc` for `tenant` (empty: the caller's
+    /// own), and returns the tenant meant; a refusal is audited.
+    async fn tenant_access<'a>(
+        &self,
+        p: &'a Principal,
+        rpc: Rpc,
+        tenant: &'a str,
+    ) -> ApiResult<&'a str> {
         let roles = access::authorize(p, rpc).map_err(ApiError::from);
         self.refusal(p, rpc, roles, "", "").await?;
-        if tenant.is_empty() || tenant.len() > MAX_TENANT {
+        let tenant = if tenant.is_empty() {
+            p.tenant.as_str()
+        } else {
+            tenant
+        };
+        if tenant.len() > MAX_TENANT {
             return Err(ApiError::BadRequest(format!(
-                "tenant must be 1 to {MAX_TENANT} bytes; your principal's tenant is {:?}",
+                "tenant must be at most {MAX_TENANT} bytes; leave it empty for your own tenant, {:?}",
                 p.tenant
             )));
         }
         let own = p.tenant == tenant;
-        self.decide(p, rpc, access::Target::Tenant { own }).await
+        self.decide(p, rpc, access::Target::Tenant { own }).await?;
+        Ok(tenant)
     }
 
     /// A tenant's policy as set, or a session's effective policy.
     pub async fn get_policy(&self, p: &Principal, target: PolicyTarget) -> ApiResult<PolicyView> {
         match target {
             PolicyTarget::Tenant(tenant) => {
-                self.tenant_access(p, Rpc::GetPolicy, &tenant).await?;
-                Ok(PolicyView::Level(self.tenant_policy(&tenant).await?))
+                let tenant = self.tenant_access(p, Rpc::GetPolicy, &tenant).await?;
+                Ok(PolicyView::Level(self.tenant_policy(tenant).await?))
             }
             PolicyTarget::Session(id) => {
                 let s = self.session_for(p, Rpc::GetPolicy, &id).await?;
@@ -74,7 +86,7 @@ impl Service {
         tenant: &str,
         new: Option<PolicyOverrides>,
     ) -> ApiResult<PolicyOverrides> {
-        self.tenant_access(p, Rpc::SetPolicy, tenant).await?;
+        let tenant = self.tenant_access(p, Rpc::SetPolicy, tenant).await?;
         let Some(new) = new else {
             return Err(ApiError::BadRequest(
                 "policy is required; to defer every field to the server default, send an empty policy".into(),

@@ -462,6 +462,62 @@ async fn a_tenant_at_its_exec_bound_is_refused_and_another_tenant_still_runs() {
     assert_eq!(refused, 8);
 }
 
+/// A guest that counts to 200 million and exits: CPU-bound, no host calls.
+const COUNTING_WAT: &str = "(module (memory (export \"memory\") 1) (func (export \"_start\") (local $i i32) (loop $l (local.set $i (i32.add (local.get $i) (i32.const 1))) (br_if $l (i32.lt_u (local.get $i) (i32.const 200000000))))))";
+
+#[tokio::test]
+async fn a_tenants_script_keeps_its_share_of_the_cpu_however_many_scripts_a_neighbour_spins() {
+    let server = TestServer::start_with(|c| {
+        c.sandbox.max_concurrent_execs = 16;
+        c.sandbox.max_concurrent_execs_per_tenant = 12;
+        c.sandbox.exec_threads = 2;
+    })
+    .await;
+    let mine = session(&server, ALICE).await;
+    let theirs = session(&server, MALLORY).await;
+    let spin = "(module (memory (export \"memory\") 1) (func (export \"_start\") (loop br 0)))";
+    let mut warm = exec(&theirs, "wasm", spin);
+    warm.limits = timeout(100);
+    run(&server, MALLORY, warm).await;
+    let count = || {
+        let mut req = exec(&mine, "wasm", COUNTING_WAT);
+        req.limits = timeout(60_000);
+        req
+    };
+    // Alone (this also compiles it): what the script takes on one thread.
+    run(&server, ALICE, count()).await;
+    let alone = run(&server, ALICE, count()).await;
+    assert_eq!(status(&alone), ExecStatus::Ok, "{}", alone.message);
+    let alone = alone.usage.unwrap();
+    let mut flood = Vec::new();
+    for _ in 0..12 {
+        let mut c = server.codemode(MALLORY).await;
+        let mut req = exec(&theirs, "wasm", spin);
+        req.limits = timeout(alone.run_us / 1000 * 4 + 3_000);
+        flood.push(tokio::spawn(async move { c.exec(req).await }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let beside = run(&server, ALICE, count()).await;
+    assert_eq!(status(&beside), ExecStatus::Ok, "{}", beside.message);
+    let usage = beside.usage.unwrap();
+    // Thirteen guests on two threads: shared per guest, alice's script would
+    // get two thirteenths of the CPU and take 6.5 times as long. Shared per
+    // tenant, it gets one of the two turns: about as long as alone.
+    assert!(
+        usage.run_us < alone.run_us * 3,
+        "alone {} µs, beside twelve spinners {} µs (waiting for a turn {} µs)",
+        alone.run_us,
+        usage.run_us,
+        usage.cpu_wait_us
+    );
+    // It did wait its turn: the neighbour's guests were not starved either.
+    assert!(usage.cpu_wait_us > 0, "{usage:?}");
+    for f in flood {
+        let r = f.await.unwrap().expect("the spinners ran").into_inner();
+        assert_eq!(status(&r), ExecStatus::Timeout);
+    }
+}
+
 // ---- upload slots per tenant, and slow uploads judged by rate ------------
 
 /// An upload that sends its header and one byte, then holds its stream

@@ -550,10 +550,33 @@ async fn another_tenant_cannot_read_or_set_acmes_policy() {
         .await
         .unwrap();
     assert_eq!(stored, proto::Policy::default());
-    // Mallory's own tenant is theirs to set.
+    // Mallory's own tenant is theirs to set; an empty tenant (and a
+    // GetPolicy without a target) means the caller's own, never acme.
     set_policy(&server, MALLORY, "other", proto::Policy::default())
         .await
         .unwrap();
+    let no_download = proto::Policy {
+        allow_download: Some(false),
+        ..Default::default()
+    };
+    set_policy(&server, MALLORY, "", no_download.clone())
+        .await
+        .unwrap();
+    let own = policies(&server, MALLORY)
+        .await
+        .get_policy(proto::GetPolicyRequest { target: None })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(own.allow_download, Some(false));
+    let other = get_policy(&server, MALLORY, Target::Tenant("other".into()))
+        .await
+        .unwrap();
+    assert_eq!(other, own);
+    let acme = get_policy(&server, CAROL, Target::Tenant("acme".into()))
+        .await
+        .unwrap();
+    assert_eq!(acme, proto::Policy::default());
 }
 
 #[tokio::test]
@@ -657,13 +680,12 @@ async fn the_cli_sets_and_gets_policies_and_places_and_lifts_holds() {
         );
         String::from_utf8(out.stdout).unwrap()
     };
-    // Dev mode: the dev token is an admin of tenant "dev".
+    // Dev mode: the dev token is an admin of tenant "dev"; without
+    // --tenant, set and get act on the caller's own tenant.
     let set: serde_json::Value = serde_json::from_str(&ok(cli(&[
         "--json",
         "policy",
         "set",
-        "--tenant",
-        "dev",
         "--retention",
         "3d",
         "--no-download",
@@ -679,8 +701,9 @@ async fn the_cli_sets_and_gets_policies_and_places_and_lifts_holds() {
     assert_eq!(set["locked"], true);
     assert!(set.get("allowExec").is_none(), "unset flags defer: {set}");
 
-    let shown = ok(cli(&["policy", "get", "--tenant", "dev"]));
+    let shown = ok(cli(&["policy", "get"]));
     assert!(shown.contains("retention            3days"), "{shown}");
+    assert_eq!(shown, ok(cli(&["policy", "get", "--tenant", "dev"])));
     assert!(
         shown.contains("allow_exec           (server default)"),
         "{shown}"
