@@ -43,8 +43,12 @@ const SCENARIOS: &[&str] = &[
 ];
 
 /// Scenarios in the full suite but not yet in CI's smoke run, with the
-/// reason printed at each smoke run. Every scenario is in it today.
-const NOT_IN_SMOKE: &[&str] = &[];
+/// reason printed at each smoke run. `tenants` holds its error, log and
+/// memory bounds, and guests now share the CPU by tenant (`sandbox::cpu`),
+/// but on two shared cores with a debug build its victim p99 checks still
+/// miss their 2x bound in some runs (Exec beside huge compiles and socket
+/// floods, and single Read or Upload outliers near half a second).
+const NOT_IN_SMOKE: &[&str] = &["tenants"];
 
 #[derive(Parser)]
 #[command(about = "Spillway's reliability suite against the real binary")]
@@ -232,7 +236,7 @@ async fn main() -> Result<()> {
     if args.smoke && args.scenario.is_empty() {
         for name in NOT_IN_SMOKE {
             eprintln!(
-                "reliability: {name} is not in the smoke run: its victim Exec p99 checks do not pass yet on 2 shared cores (a neighbour tenant's guests share the CPU); run it with --scenario {name} or make reliability"
+                "reliability: {name} is not in the smoke run: its victim p99 checks do not pass in every run yet on 2 shared cores with a debug build; run it with --scenario {name} or make reliability"
             );
         }
     }

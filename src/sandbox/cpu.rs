@@ -7,16 +7,19 @@
 //! script, and that script would run 16 times slower than alone.
 //!
 //! Here a guest runs only while it holds a turn, and there are as many
-//! turns as exec threads. At each tick a guest that others are waiting
-//! for hands its turn on, and the next turn goes round-robin: to the next
-//! tenant with a guest waiting, within it to its next session, within
-//! that to its oldest guest. A tenant alone gets every turn; two busy
-//! tenants get half each, however many execs each of them runs.
+//! turns as exec threads. Turns are shared max-min fairly between the
+//! tenants that want them: a free turn goes to the waiting tenant that
+//! holds the fewest, and at each tick a guest hands its turn on when a
+//! waiting tenant holds fewer turns than its own tenant does, or else to
+//! the next waiting guest of its own tenant (round-robin by session, then
+//! oldest first). A tenant alone gets every turn; with two turns and two
+//! busy tenants each keeps one, however many execs each of them runs; with
+//! more tenants than turns they take turns at each tick.
 //!
 //! A turn that has not come back for [`STALE`] no longer counts: its guest
 //! is blocked in a host call or asleep, not using the CPU, so a guest that
 //! sleeps cannot keep the others from running. When it comes back it
-//! queues like any other.
+//! goes on, and hands its turn on at its next tick if that is fair.
 //!
 //! The one door is [`CpuShare`]; a run takes a [`Seat`] from it.
 
@@ -48,11 +51,19 @@ struct Shared {
 
 #[derive(Debug, Default)]
 struct State {
-    /// Turns given out: id and when their guest last came back.
-    held: HashMap<u64, Instant>,
+    /// Turns given out.
+    held: HashMap<u64, Held>,
     next_id: u64,
-    /// Tenants with a guest waiting, in round-robin order.
+    /// Tenants with a guest waiting; ties between tenants holding as many
+    /// turns go to the one nearest the front.
     tenants: VecDeque<TenantQueue>,
+}
+
+#[derive(Debug)]
+struct Held {
+    tenant: Arc<str>,
+    /// When its guest last came back.
+    since: Instant,
 }
 
 #[derive(Debug)]
@@ -92,38 +103,56 @@ impl Shared {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Turns whose guest came back within [`STALE`].
-    fn live(&self, state: &State, now: Instant) -> usize {
-        state
-            .held
-            .values()
-            .filter(|since| now.duration_since(**since) < self.stale)
-            .count()
+    fn is_live(&self, held: &Held, now: Instant) -> bool {
+        now.duration_since(held.since) < self.stale
     }
 
-    /// Gives free turns to waiting guests, round-robin by tenant, then
-    /// session, then age.
+    /// Live turns per tenant, and in all.
+    fn live(&self, state: &State, now: Instant) -> (HashMap<Arc<str>, usize>, usize) {
+        let mut by_tenant: HashMap<Arc<str>, usize> = HashMap::new();
+        let mut all = 0;
+        for h in state.held.values().filter(|h| self.is_live(h, now)) {
+            *by_tenant.entry(h.tenant.clone()).or_default() += 1;
+            all += 1;
+        }
+        (by_tenant, all)
+    }
+
+    /// Gives free turns to waiting guests, each to the waiting tenant that
+    /// holds the fewest.
     fn dispatch(self: &Arc<Self>, state: &mut State) {
         let now = Instant::now();
-        let mut live = self.live(state, now);
+        let (mut by_tenant, mut live) = self.live(state, now);
         while live < self.turns {
-            let Some(tx) = state.next_waiter() else {
+            let Some((index, _)) = state.neediest(&by_tenant, None) else {
                 return;
             };
-            let id = state.next_id;
-            state.next_id += 1;
-            state.held.insert(id, now);
-            let turn = Turn {
-                id,
-                shared: Some(self.clone()),
-            };
-            match tx.send(turn) {
-                Ok(()) => live += 1,
-                // Its guest is gone (the exec ended while it waited).
-                Err(mut turn) => {
-                    turn.shared = None;
-                    state.held.remove(&id);
-                }
+            let tenant = state.tenants[index].tenant.clone();
+            if self.give(state, index, now) {
+                *by_tenant.entry(tenant).or_default() += 1;
+                live += 1;
+            }
+        }
+    }
+
+    /// Gives a new turn to the next waiter of the tenant at `index`; false
+    /// when that waiter was gone (its exec ended while it waited).
+    fn give(self: &Arc<Self>, state: &mut State, index: usize, now: Instant) -> bool {
+        let (tenant, tx) = state.pop_from(index);
+        let id = state.next_id;
+        state.next_id += 1;
+        state.held.insert(id, Held { tenant, since: now });
+        let turn = Turn {
+            id,
+            shared: Some(self.clone()),
+        };
+        match tx.send(turn) {
+            Ok(()) => true,
+            Err(mut turn) => {
+                // Handed back here, under the lock, not by its Drop.
+                turn.shared = None;
+                state.held.remove(&id);
+                false
             }
         }
     }
@@ -131,7 +160,7 @@ impl Shared {
 
 impl State {
     fn enqueue(&mut self, tenant: &Arc<str>, session: &Arc<str>, tx: oneshot::Sender<Turn>) {
-        let t = match self.tenants.iter().position(|t| t.tenant == *tenant) {
+        let t = match self.position(tenant) {
             Some(i) => &mut self.tenants[i],
             None => {
                 self.tenants.push_back(TenantQueue {
@@ -150,10 +179,31 @@ impl State {
         }
     }
 
-    /// The next waiter in round-robin order; its session and tenant go to
-    /// the back of their lines while they still have guests waiting.
-    fn next_waiter(&mut self) -> Option<oneshot::Sender<Turn>> {
-        let mut tenant = self.tenants.pop_front()?;
+    fn position(&self, tenant: &str) -> Option<usize> {
+        self.tenants.iter().position(|t| &*t.tenant == tenant)
+    }
+
+    /// The waiting tenant (other than `except`) that holds the fewest live
+    /// turns, nearest the front on ties: its index and its count.
+    fn neediest(
+        &self,
+        by_tenant: &HashMap<Arc<str>, usize>,
+        except: Option<&str>,
+    ) -> Option<(usize, usize)> {
+        self.tenants
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| except != Some(&*t.tenant))
+            .map(|(i, t)| (i, by_tenant.get(&t.tenant).copied().unwrap_or(0)))
+            .min_by_key(|&(i, held)| (held, i))
+    }
+
+    /// Pops the next waiter of the tenant at `index`: its next session's
+    /// oldest guest. The session goes to the back of its tenant's line and
+    /// the tenant to the back of the line while they still have guests
+    /// waiting.
+    fn pop_from(&mut self, index: usize) -> (Arc<str>, oneshot::Sender<Turn>) {
+        let mut tenant = self.tenants.remove(index).expect("a queued tenant");
         let mut session = tenant
             .sessions
             .pop_front()
@@ -165,14 +215,11 @@ impl State {
         if !session.waiting.is_empty() {
             tenant.sessions.push_back(session);
         }
+        let name = tenant.tenant.clone();
         if !tenant.sessions.is_empty() {
             self.tenants.push_back(tenant);
         }
-        Some(tx)
-    }
-
-    fn anyone_waiting(&self) -> bool {
-        !self.tenants.is_empty()
+        (name, tx)
     }
 }
 
@@ -216,8 +263,17 @@ impl CpuShare {
     }
 }
 
+/// What a guest does with its turn at a tick.
+enum Next {
+    /// Go on holding it.
+    Keep,
+    /// Queue again; the turn goes to the next waiter of the tenant at this
+    /// index, or with `None` to no one in particular.
+    Queue(Option<usize>),
+}
+
 /// One run's place at the CPU: it waits for a turn, and at each tick
-/// hands it on to whoever is next.
+/// hands it on when that is fair.
 #[derive(Debug)]
 pub struct Seat {
     shared: Arc<Shared>,
@@ -254,33 +310,75 @@ impl Seat {
         self.wait(rx).await;
     }
 
-    /// At a tick: goes on at once when nobody waits (after letting the
-    /// exec runtime's other tasks run), otherwise hands the turn to the
-    /// next guest in line and waits for another.
+    /// At a tick: hands the turn to a waiting tenant that holds fewer turns
+    /// than this one's, or else to this tenant's next waiting guest, and
+    /// waits for another; when neither waits, goes on (after letting the
+    /// exec runtime's other tasks run).
     pub async fn pass(self: Arc<Self>) {
         let rx = {
             let mut held = self.held();
             let mut state = self.shared.lock();
-            if !state.anyone_waiting()
-                && let Some(turn) = held.as_ref()
-            {
-                state.held.insert(turn.id, Instant::now());
-                None
-            } else {
-                let (tx, rx) = oneshot::channel();
-                state.enqueue(&self.tenant, &self.session, tx);
-                if let Some(mut turn) = held.take() {
-                    // Handed back here, under the lock, not by its Drop.
-                    turn.shared = None;
-                    state.held.remove(&turn.id);
+            let now = Instant::now();
+            let next = match held.as_ref() {
+                Some(turn) => self.next(&state, turn, now),
+                // No turn (the share was dropped): queue for one.
+                None => Next::Queue(None),
+            };
+            match (held.take(), next) {
+                (Some(turn), Next::Keep) => {
+                    if let Some(h) = state.held.get_mut(&turn.id) {
+                        h.since = now;
+                    }
+                    *held = Some(turn);
+                    None
                 }
-                self.shared.dispatch(&mut state);
-                Some(rx)
+                (turn, next) => {
+                    let (tx, rx) = oneshot::channel();
+                    state.enqueue(&self.tenant, &self.session, tx);
+                    if let Some(mut turn) = turn {
+                        // Handed back here, under the lock, not by its Drop.
+                        turn.shared = None;
+                        state.held.remove(&turn.id);
+                    }
+                    if let Next::Queue(Some(index)) = next {
+                        self.shared.give(&mut state, index, now);
+                    }
+                    self.shared.dispatch(&mut state);
+                    Some(rx)
+                }
             }
         };
         match rx {
-            None => tokio::task::yield_now().await,
+            None => YieldOnce(false).await,
             Some(rx) => self.wait(rx).await,
+        }
+    }
+
+    /// What to do with `turn` at a tick.
+    fn next(&self, state: &State, turn: &Turn, now: Instant) -> Next {
+        let (by_tenant, live) = self.shared.live(state, now);
+        // A turn that went stale was lent out again; coming back, it counts
+        // once more.
+        let stale_own = usize::from(
+            state
+                .held
+                .get(&turn.id)
+                .is_some_and(|h| !self.shared.is_live(h, now)),
+        );
+        if live + stale_own > self.shared.turns {
+            // More guests run than there are turns (one came back from a
+            // long host call): this one queues again, and no turn is given
+            // in its place.
+            return Next::Queue(None);
+        }
+        let mine = by_tenant.get(&self.tenant).copied().unwrap_or(0) + stale_own;
+        let fewer = state
+            .neediest(&by_tenant, Some(&self.tenant))
+            .filter(|&(_, held)| held < mine)
+            .map(|(i, _)| i);
+        match fewer.or_else(|| state.position(&self.tenant)) {
+            Some(index) => Next::Queue(Some(index)),
+            None => Next::Keep,
         }
     }
 
@@ -301,6 +399,29 @@ impl Seat {
         };
         *self.held() = turn;
         *self.waited.lock().unwrap_or_else(|p| p.into_inner()) += started.elapsed();
+    }
+}
+
+/// Lets the exec runtime's other tasks run once, then goes on. Unlike
+/// `tokio::task::yield_now`, whose wake tokio defers until the worker has
+/// nothing else to do (as much as 61 polls later, each of which may be
+/// another guest's 5 ms tick), a task that wakes itself goes to the back of
+/// its worker's run queue at once.
+struct YieldOnce(bool);
+
+impl std::future::Future for YieldOnce {
+    type Output = ();
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        if self.0 {
+            return std::task::Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
     }
 }
 
@@ -349,6 +470,32 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn with_two_turns_a_lone_guest_keeps_one_while_eight_neighbours_share_the_other() {
+        let share = CpuShare::new(2, Duration::from_secs(10));
+        let ran = Arc::new(Mutex::new(HashMap::new()));
+        let mut tasks = Vec::new();
+        for i in 0..8 {
+            let seat = share.seat("noisy", &format!("s{i}"));
+            tasks.push(tokio::spawn(spin(seat, 100_000, ran.clone())));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let seat = share.seat("quiet", "q");
+        let started = Instant::now();
+        spin(seat.clone(), 100, ran.clone()).await;
+        // It waited for its first turn (one noisy tick at most), then kept
+        // it: the noisy tenant already held its one turn of two.
+        assert!(
+            seat.waited() < started.elapsed() / 4,
+            "waited {:?} of {:?}",
+            seat.waited(),
+            started.elapsed()
+        );
+        for t in tasks {
+            t.abort();
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn no_more_guests_hold_a_turn_than_there_are_turns() {
         let share = CpuShare::new(2, Duration::from_secs(10));
         let running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -377,7 +524,8 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_guest_that_sleeps_holding_its_turn_does_not_block_the_others() {
-        let share = CpuShare::new(1, STALE);
+        let stale = Duration::from_millis(200);
+        let share = CpuShare::new(1, stale);
         let sleeper = share.seat("sleepy", "s");
         sleeper.clone().take_turn().await;
         // The sleeper never passes (blocked in a host call); another
@@ -387,8 +535,18 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(2), other.clone().take_turn())
             .await
             .expect("a stale turn is given to the next guest");
-        assert!(started.elapsed() >= STALE, "{:?}", started.elapsed());
-        assert!(other.waited() >= STALE);
+        assert!(started.elapsed() >= stale, "{:?}", started.elapsed());
+        assert!(other.waited() >= stale);
+        // The sleeper comes back: two guests now hold the one turn, so at
+        // its tick it queues instead of going on, until the other is done.
+        let back = tokio::spawn(sleeper.clone().pass());
+        tokio::time::sleep(stale / 4).await;
+        assert!(!back.is_finished(), "the returning guest queued");
+        other.leave();
+        tokio::time::timeout(Duration::from_secs(2), back)
+            .await
+            .expect("served once the other handed its turn back")
+            .unwrap();
         drop(sleeper);
     }
 

@@ -93,7 +93,8 @@ pub struct SandboxConfig {
     /// Most functions a caller's module (with every nested module) may
     /// define.
     pub max_module_functions: u64,
-    /// Threads of the runtime that runs guests (default: one per core).
+    /// Guests running at once on the CPU (default: one per core); their
+    /// runtime has one thread more, for the work around them.
     pub exec_threads: usize,
     /// Nice value of those threads (Linux, 0–19): spinning scripts then
     /// yield the CPU to the RPC threads (default 10).
@@ -381,8 +382,12 @@ impl Sandbox {
             n => n,
         };
         let nice = cfg.exec_nice.clamp(0, 19);
+        // Guests hold at most `threads` workers (one per turn, see `cpu`);
+        // the one more polls everything else on this runtime (admissions,
+        // exec directories, waiting guests) without waiting for a guest's
+        // tick to end.
         let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(threads)
+            .worker_threads(threads + 1)
             .thread_name("sandbox-exec")
             .on_thread_start(move || lower_priority(nice))
             .enable_time()

@@ -397,26 +397,40 @@ async fn twenty_spinning_scripts_do_not_slow_a_concurrent_stat() {
         let mut req = probe(&sid, &["spin"]);
         req.module = module.clone().into();
         req.limits = limits(4_000, 0, 0);
-        spinners.push(tokio::spawn(async move {
-            c.exec(req).await.unwrap().into_inner()
-        }));
+        spinners.push(tokio::spawn(async move { c.exec(req).await }));
     }
     tokio::time::sleep(Duration::from_millis(800)).await;
-    let mut worst = Duration::ZERO;
-    let mut all = Vec::new();
-    for _ in 0..20 {
-        let started = Instant::now();
-        owner.stat(stat.clone()).await.unwrap();
-        worst = worst.max(started.elapsed());
-        all.push(started.elapsed().as_micros());
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    // Two rounds of 20 Stats at most. Spinners that held a thread the RPC
+    // path needs would slow every Stat of both rounds; a neighbouring test
+    // that loads both cores for a moment slows one Stat of one round.
+    let mut rounds = Vec::new();
+    for _ in 0..2 {
+        let mut all = Vec::new();
+        for _ in 0..20 {
+            let started = Instant::now();
+            owner.stat(stat.clone()).await.unwrap();
+            all.push(started.elapsed());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        all.sort();
+        let (median, worst) = (all[all.len() / 2], all[all.len() - 1]);
+        assert!(
+            median < Duration::from_millis(25),
+            "the median Stat took {median:?} while 20 scripts spun (sorted: {all:?})"
+        );
+        rounds.push(all);
+        if worst < Duration::from_millis(50) {
+            break;
+        }
     }
     assert!(
-        worst < Duration::from_millis(50),
-        "Stat took {worst:?} while 20 scripts spun (all, µs: {all:?})"
+        rounds.len() == 1 || rounds[1][19] < Duration::from_millis(50),
+        "Stat took 50 ms or more in two rounds while 20 scripts spun (sorted: {rounds:?})"
     );
     for s in spinners {
-        assert_eq!(status(&s.await.unwrap()), ExecStatus::Timeout);
+        let r = s.await.unwrap();
+        let r = r.unwrap_or_else(|e| panic!("a spinner's exec failed: {e:?}"));
+        assert_eq!(status(&r.into_inner()), ExecStatus::Timeout);
     }
 }
 

@@ -501,10 +501,11 @@ async fn a_tenants_script_keeps_its_share_of_the_cpu_however_many_scripts_a_neig
     assert_eq!(status(&beside), ExecStatus::Ok, "{}", beside.message);
     let usage = beside.usage.unwrap();
     // Thirteen guests on two threads: shared per guest, alice's script would
-    // get two thirteenths of the CPU and take 6.5 times as long. Shared per
-    // tenant, it gets one of the two turns: about as long as alone.
+    // get two thirteenths of the CPU and take 6.5 times as long (measured:
+    // 6.6 times). Shared per tenant, it gets one of the two turns: about as
+    // long as alone (measured: 1.1 to 1.9 times, on a shared machine).
     assert!(
-        usage.run_us < alone.run_us * 3,
+        usage.run_us < alone.run_us * 4,
         "alone {} µs, beside twelve spinners {} µs (waiting for a turn {} µs)",
         alone.run_us,
         usage.run_us,
