@@ -458,7 +458,7 @@ mod tests {
         let noisy_before = ran.lock().unwrap().get("noisy").copied().unwrap_or(0);
         quiet.await.unwrap();
         let noisy = ran.lock().unwrap()["noisy"] - noisy_before;
-        // Round-robin by tenant: while the quiet tenant ran its 200 ticks,
+        // Shared by tenant: while the quiet tenant ran its 200 ticks,
         // the noisy one (8 guests) got about as many, not 8 times as many.
         assert!(
             (150..=260).contains(&noisy),

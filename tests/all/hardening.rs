@@ -398,6 +398,32 @@ async fn compile_time_is_reported_and_a_cached_module_is_not_compiled_again_unti
 
 // ---- exec slots per tenant ------------------------------------------------
 
+const SPIN_WAT: &str =
+    "(module (memory (export \"memory\") 1) (func (export \"_start\") (loop br 0)))";
+
+type ExecCall = tokio::task::JoinHandle<Result<tonic::Response<proto::ExecResult>, tonic::Status>>;
+
+/// Starts `count` of mallory's spinners, each stopped at `timeout_ms`,
+/// after compiling the spinner once so that all they do is run.
+async fn spinners(
+    server: &TestServer,
+    session: &str,
+    count: usize,
+    timeout_ms: u64,
+) -> Vec<ExecCall> {
+    let mut warm = exec(session, "wasm", SPIN_WAT);
+    warm.limits = timeout(100);
+    run(server, MALLORY, warm).await;
+    let mut flood = Vec::new();
+    for _ in 0..count {
+        let mut c = server.codemode(MALLORY).await;
+        let mut req = exec(session, "wasm", SPIN_WAT);
+        req.limits = timeout(timeout_ms);
+        flood.push(tokio::spawn(async move { c.exec(req).await }));
+    }
+    flood
+}
+
 #[tokio::test]
 async fn a_tenant_at_its_exec_bound_is_refused_and_another_tenant_still_runs() {
     let server = TestServer::start_with(|c| {
@@ -408,20 +434,9 @@ async fn a_tenant_at_its_exec_bound_is_refused_and_another_tenant_still_runs() {
     .await;
     let mine = session(&server, ALICE).await;
     let theirs = session(&server, MALLORY).await;
-    let spin = "(module (memory (export \"memory\") 1) (func (export \"_start\") (loop br 0)))";
-    // Compile the spinner once, so the flood below is all execs.
-    let mut warm = exec(&theirs, "wasm", spin);
-    warm.limits = timeout(100);
-    run(&server, MALLORY, warm).await;
     // Alice's module compiled once, so what is timed below is the exec.
     run(&server, ALICE, exec(&mine, "wasm", TRIVIAL_WAT)).await;
-    let mut flood = Vec::new();
-    for _ in 0..12 {
-        let mut c = server.codemode(MALLORY).await;
-        let mut req = exec(&theirs, "wasm", spin);
-        req.limits = timeout(3_000);
-        flood.push(tokio::spawn(async move { c.exec(req).await }));
-    }
+    let flood = spinners(&server, &theirs, 12, 3_000).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let started = Instant::now();
     let r = server
@@ -475,10 +490,6 @@ async fn a_tenants_script_keeps_its_share_of_the_cpu_however_many_scripts_a_neig
     .await;
     let mine = session(&server, ALICE).await;
     let theirs = session(&server, MALLORY).await;
-    let spin = "(module (memory (export \"memory\") 1) (func (export \"_start\") (loop br 0)))";
-    let mut warm = exec(&theirs, "wasm", spin);
-    warm.limits = timeout(100);
-    run(&server, MALLORY, warm).await;
     let count = || {
         let mut req = exec(&mine, "wasm", COUNTING_WAT);
         req.limits = timeout(60_000);
@@ -489,13 +500,7 @@ async fn a_tenants_script_keeps_its_share_of_the_cpu_however_many_scripts_a_neig
     let alone = run(&server, ALICE, count()).await;
     assert_eq!(status(&alone), ExecStatus::Ok, "{}", alone.message);
     let alone = alone.usage.unwrap();
-    let mut flood = Vec::new();
-    for _ in 0..12 {
-        let mut c = server.codemode(MALLORY).await;
-        let mut req = exec(&theirs, "wasm", spin);
-        req.limits = timeout(alone.run_us / 1000 * 4 + 3_000);
-        flood.push(tokio::spawn(async move { c.exec(req).await }));
-    }
+    let flood = spinners(&server, &theirs, 12, alone.run_us / 1000 * 4 + 3_000).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let beside = run(&server, ALICE, count()).await;
     assert_eq!(status(&beside), ExecStatus::Ok, "{}", beside.message);
