@@ -18,8 +18,9 @@
 //! once, and at most `max_queued_execs` wait. Each tenant (a plain key the
 //! caller passes in [`ExecSpec::tenant`]) has its own share of both, so one
 //! tenant at its bound is refused while the others still run. Among the
-//! running guests, CPU time goes round-robin by tenant, then session, so a
-//! tenant running many scripts slows only itself.
+//! running guests, turns on the CPU are shared max-min fairly by tenant,
+//! then round-robin by session, so a tenant running many scripts slows
+//! only itself.
 //!
 //! A caller's module is checked (size, function count, estimated compile
 //! memory) before it is compiled, and compiled on a thread of its own at
