@@ -35,6 +35,8 @@ pub struct Opts {
     pub seed: u64,
     /// The hostile scenario's attacks to run.
     pub attacks: Vec<String>,
+    /// The tenants scenario's attacks to run.
+    pub tenant_attacks: Vec<String>,
 }
 
 /// A scenario's verdict.

@@ -8,6 +8,7 @@
 //! cargo run --release --example reliability -- --smoke
 //! cargo run --release --example reliability -- --scenario crash --out /tmp/r.md
 //! cargo run --release --example reliability -- --smoke --scenario hostile --attacks flood
+//! cargo run --release --example reliability -- --scenario tenants --tenant-attacks socket-floods
 //! ```
 //!
 //! Scenarios: `load`, `hostile`, `crash`, `disk-full`, `slow-clients`,
@@ -76,6 +77,10 @@ struct Args {
     /// all three at once). One at a time tells which one hurts neighbours.
     #[arg(long, value_delimiter = ',', default_values_t = load::ATTACKS.map(String::from))]
     attacks: Vec<String>,
+    /// The tenants scenario's attacks (repeat or comma-separate; default:
+    /// all five, one after the other).
+    #[arg(long, value_delimiter = ',', default_values_t = tenants::ATTACKS.map(String::from))]
+    tenant_attacks: Vec<String>,
     /// Where the servers' temporary data dirs go.
     #[arg(long, default_value = "target/reliability")]
     work_dir: PathBuf,
@@ -186,6 +191,13 @@ async fn main() -> Result<()> {
             load::ATTACKS.join(", ")
         );
     }
+    for a in &args.tenant_attacks {
+        anyhow::ensure!(
+            tenants::ATTACKS.contains(&a.as_str()),
+            "unknown tenant attack {a:?}; the attacks are {}",
+            tenants::ATTACKS.join(", ")
+        );
+    }
     for s in &args.scenario {
         anyhow::ensure!(
             SCENARIOS.contains(&s.as_str()),
@@ -222,6 +234,7 @@ async fn main() -> Result<()> {
         work_dir: std::fs::canonicalize(&args.work_dir)?,
         seed: args.seed.unwrap_or_else(rand::random),
         attacks: args.attacks.clone(),
+        tenant_attacks: args.tenant_attacks.clone(),
     };
     eprintln!("reliability: seed {} (--seed to replay)", opts.seed);
     let load_before = loadavg();

@@ -27,7 +27,7 @@ const LOG_BOUND: u64 = 1 << 20;
 const JITTER_US: u64 = 20_000;
 
 /// The attacks, in the order they run.
-const ATTACKS: [&str; 5] = [
+pub const ATTACKS: [&str; 5] = [
     "stalled-uploads",
     "spinning-execs",
     "huge-compiles",
@@ -47,18 +47,43 @@ fn attacker_client<T>(
     ))
 }
 
+/// What one phase of the victim's loop measured: every call, and the
+/// slowest Exec with the server's own account of it.
+struct Watched {
+    rec: Arc<Recorder>,
+    slowest: Option<(Duration, proto::ExecUsage)>,
+}
+
+impl Watched {
+    /// Where the slowest Exec's time went: the server's figures, and what
+    /// is left outside them (the RPC, the audit append, the hops).
+    fn slowest_exec(&self) -> String {
+        let Some((took, u)) = &self.slowest else {
+            return "-".into();
+        };
+        let inside = u.queue_ms * 1000 + u.setup_us + u.instantiate_us + u.run_us;
+        format!(
+            "{} = queue {} ms, setup {} us, instantiate {} us, run {} us (cpu wait {} us), outside {} us",
+            ms(took.as_micros() as u64),
+            u.queue_ms,
+            u.setup_us,
+            u.instantiate_us,
+            u.run_us,
+            u.cpu_wait_us,
+            (took.as_micros() as u64).saturating_sub(inside)
+        )
+    }
+}
+
 /// The victim's loop: Upload, Exec, Search, Read, for `duration`.
-async fn victim(
-    server: &Server,
-    sid: &str,
-    pid: &str,
-    duration: Duration,
-) -> Result<Arc<Recorder>> {
+async fn victim(server: &Server, sid: &str, pid: &str, duration: Duration) -> Result<Watched> {
     let rec = Arc::new(Recorder::default());
+    let slowest = Arc::new(std::sync::Mutex::new(None::<(Duration, proto::ExecUsage)>));
     let mut tasks = JoinSet::new();
     for w in 0..2 {
         let ch = server.channel().await?;
         let (rec, sid, pid) = (rec.clone(), sid.to_owned(), pid.to_owned());
+        let slowest = slowest.clone();
         tasks.spawn(async move {
             let mut p = payloads_on(ch.clone());
             let mut x = codemode_on(ch);
@@ -90,7 +115,12 @@ async fn victim(
                     .await;
                 match r {
                     Ok(r) if r.get_ref().status == proto::ExecStatus::Ok as i32 => {
-                        rec.ok("Exec", t.elapsed())
+                        let took = t.elapsed();
+                        rec.ok("Exec", took);
+                        let mut s = slowest.lock().unwrap();
+                        if s.as_ref().is_none_or(|(worst, _)| took > *worst) {
+                            *s = Some((took, r.into_inner().usage.unwrap_or_default()));
+                        }
                     }
                     Ok(r) => rec.err("Exec", &tonic::Status::internal(r.into_inner().message)),
                     Err(e) => rec.err("Exec", &e),
@@ -124,7 +154,8 @@ async fn victim(
         });
     }
     while tasks.join_next().await.is_some() {}
-    Ok(rec)
+    let slowest = slowest.lock().unwrap().take();
+    Ok(Watched { rec, slowest })
 }
 
 fn p99s(rec: &Recorder) -> BTreeMap<&'static str, (u64, usize, u64)> {
@@ -361,7 +392,7 @@ pub async fn tenants(opts: &Opts) -> Result<Outcome> {
 
     let log_before = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
     let sampler = RssSampler::start(server.pid());
-    let mut base = p99s(&*victim(&server, &vsid, &pid, phase).await?);
+    let mut base = p99s(&victim(&server, &vsid, &pid, phase).await?.rec);
     let mut table = String::from(
         "\n| phase | Upload p99 | Exec p99 | Search p99 | Read p99 | victim errors | attacker |\n| --- | ---: | ---: | ---: | ---: | ---: | --- |\n",
     );
@@ -377,12 +408,15 @@ pub async fn tenants(opts: &Opts) -> Result<Outcome> {
         )
     };
     table.push_str(&row("no attack", &base, ""));
-    for (n, name) in ATTACKS.into_iter().enumerate() {
+    let attacks = ATTACKS
+        .into_iter()
+        .filter(|a| opts.tenant_attacks.iter().any(|t| t == a));
+    for (n, name) in attacks.enumerate() {
         // A fresh no-attack run right before each attack: the machine is
         // shared, and its load drifts over minutes more than any attack
         // moves a p99.
         if n > 0 {
-            base = p99s(&*victim(&server, &vsid, &pid, phase).await?);
+            base = p99s(&victim(&server, &vsid, &pid, phase).await?.rec);
             table.push_str(&row("no attack", &base, ""));
         }
         let stop = Arc::new(AtomicBool::new(false));
@@ -398,9 +432,14 @@ pub async fn tenants(opts: &Opts) -> Result<Outcome> {
             r
         };
         let (att, vic) = tokio::join!(attacking, watching);
-        let m = p99s(&*vic?);
+        let vic = vic?;
+        let m = p99s(&vic.rec);
         let att = att?;
         table.push_str(&row(name, &m, &att));
+        out.notes.push(format!(
+            "{name}: the slowest Exec took {}",
+            vic.slowest_exec()
+        ));
         for rpc in ["Upload", "Exec", "Search", "Read"] {
             let (b, _, _) = base.get(rpc).copied().unwrap_or_default();
             let (p, calls, errors) = m.get(rpc).copied().unwrap_or_default();
