@@ -3,13 +3,17 @@
 //! offload decision ([`super::offload`]), and Spillway's own tools and
 //! payload resources, which are added.
 //!
+//! A client's ping is relayed to the upstream (a hung or lost upstream
+//! fails it with the reason), and a call the client cancels is cancelled
+//! upstream with the upstream's own request id.
+//!
 //! Logging, sampling, roots and resources/subscribe are deprecated by
 //! SEP-2577 in rmcp, but clients of the revisions before 2026-07-28 use
 //! them, and a proxy relays what its peers speak.
 #![allow(deprecated)]
 
 use std::collections::HashSet;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{
@@ -17,7 +21,7 @@ use rmcp::model::{
     ClientRequest, CompleteRequest, CompleteRequestParams, CompleteResult, ContentBlock,
     GetPromptRequest, GetPromptRequestParams, GetPromptResponse, InitializeRequestParams,
     InitializeResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
-    ListToolsResult, PaginatedRequestParams, ReadResourceRequest, ReadResourceRequestParams,
+    ListToolsResult, PaginatedRequestParams, PingRequest, ReadResourceRequest, ReadResourceRequestParams,
     ReadResourceResponse, RequestMetaObject, ServerCapabilities, ServerConfig, ServerResult,
     SetLevelRequest, SetLevelRequestParams, SubscribeRequest, SubscribeRequestParams,
     UnsubscribeRequest, UnsubscribeRequestParams,
@@ -29,7 +33,7 @@ use super::McpError;
 use super::backend::Backend;
 use super::offload::{Offloader, relax_output_schema};
 use super::session::SessionSlot;
-use super::upstream::{Upstream, UpstreamError};
+use super::upstream::{Upstream, UpstreamError, read_tools};
 use super::{resources, tools};
 
 /// Timeouts of the proxy.
@@ -48,7 +52,6 @@ struct Inner {
     offloader: Arc<Offloader>,
     info: InitializeResult,
     timeouts: ProxyTimeouts,
-    with_schema: RwLock<HashSet<String>>,
 }
 
 /// The handler of one proxied client connection.
@@ -69,17 +72,7 @@ pub async fn check_tools(upstream: &Upstream) -> Result<HashSet<String>, McpErro
             return Err(UpstreamError::Rpc(format!("tools/list failed upstream: {e}")).into());
         }
     };
-    if let Some(t) = tools
-        .iter()
-        .find(|t| tools::NAMES.contains(&t.name.as_ref()))
-    {
-        return Err(McpError::NameCollision(t.name.to_string()));
-    }
-    Ok(tools
-        .iter()
-        .filter(|t| t.output_schema.is_some())
-        .map(|t| t.name.to_string())
-        .collect())
+    read_tools(&tools).map_err(McpError::NameCollision)
 }
 
 impl Proxy {
@@ -105,6 +98,9 @@ impl Proxy {
                 .resources;
         }
         info.capabilities = caps;
+        if let Ok(mut w) = upstream.relay().with_schema.write() {
+            *w = with_schema;
+        }
         let note = "Large tool results are saved by Spillway and replaced by a notice with a payload_id; \
 use spillway_inspect, spillway_search, spillway_read and spillway_exec on it.";
         info.instructions = Some(match info.instructions.take() {
@@ -118,7 +114,6 @@ use spillway_inspect, spillway_search, spillway_read and spillway_exec on it.";
             offloader,
             info,
             timeouts,
-            with_schema: RwLock::new(with_schema),
         }))
     }
 
@@ -231,7 +226,7 @@ use spillway_inspect, spillway_search, spillway_read and spillway_exec on it.";
     }
 
     fn note_tools(&self, r: &mut ListToolsResult) {
-        let mut with_schema = self.0.with_schema.write().ok();
+        let mut with_schema = self.0.upstream.relay().with_schema.write().ok();
         r.tools.retain(|t| {
             let ours = tools::NAMES.contains(&t.name.as_ref());
             if ours {
@@ -338,6 +333,8 @@ impl ServerHandler for Proxy {
             Ok(ServerResult::CallToolResult(r)) => {
                 let has_schema = self
                     .0
+                    .upstream
+                    .relay()
                     .with_schema
                     .read()
                     .map(|w| w.contains(&name))
@@ -493,9 +490,10 @@ impl ServerHandler for Proxy {
     }
 
     async fn ping(&self, context: RequestContext<RoleServer>) -> Result<(), ErrorData> {
-        // Answered by the proxy itself, and checked upstream when it runs.
-        let _ = context;
-        Ok(())
+        // Relayed: the client's ping checks the whole chain, so an upstream
+        // that hangs or is gone shows up here with what happened to it.
+        let req = ClientRequest::PingRequest(PingRequest::default());
+        self.forward_plain(req, &context).await.map(|_| ())
     }
 
     async fn on_roots_list_changed(
