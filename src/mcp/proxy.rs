@@ -26,7 +26,8 @@ use rmcp::model::{
     SetLevelRequest, SetLevelRequestParams, SubscribeRequest, SubscribeRequestParams,
     UnsubscribeRequest, UnsubscribeRequestParams,
 };
-use rmcp::service::{PeerRequestOptions, RequestContext};
+use rmcp::model::{ResultType, SubscriptionFilter};
+use rmcp::service::{PeerRequestOptions, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceError};
 
 use super::McpError;
@@ -97,6 +98,18 @@ impl Proxy {
                 .build()
                 .resources;
         }
+        // The proxy passes on whatever list changes the upstream announces
+        // (some servers send them without advertising it), and a 2026-07-28
+        // client only gets them on a subscription to what is advertised.
+        if let Some(t) = caps.tools.as_mut() {
+            t.list_changed = Some(true);
+        }
+        if let Some(p) = caps.prompts.as_mut() {
+            p.list_changed = Some(true);
+        }
+        if let Some(r) = caps.resources.as_mut() {
+            r.list_changed = Some(true);
+        }
         info.capabilities = caps;
         if let Ok(mut w) = upstream.relay().with_schema.write() {
             *w = with_schema;
@@ -152,7 +165,7 @@ use spillway_inspect, spillway_search, spillway_read and spillway_exec on it.";
             m.insert(up_token.clone(), t);
         }
         let result = tokio::select! {
-            r = handle.await_response() => r.map_err(Failure::Service),
+            r = handle.await_response() => r.map(mark_complete).map_err(Failure::Service),
             () = ctx.ct.cancelled() => {
                 let _ = peer
                     .notify_cancelled(rmcp::model::CancelledNotificationParam::new(
@@ -290,6 +303,9 @@ impl ServerHandler for Proxy {
                 ),
             ));
         }
+        relay
+            .legacy_client
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         context.peer.set_peer_info(request.clone());
         self.negotiate_initialize(&request)
     }
@@ -496,6 +512,34 @@ impl ServerHandler for Proxy {
         self.forward_plain(req, &context).await.map(|_| ())
     }
 
+    fn accepted_subscription_filter(
+        &self,
+        _requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        // List changes are relayed. Resource updates are not offered on a
+        // subscription: the upstream is reached on an earlier revision,
+        // where they need resources/subscribe per URI.
+        Some(
+            SubscriptionFilter::builder()
+                .tools_list_changed()
+                .prompts_list_changed()
+                .resources_list_changed()
+                .build(),
+        )
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let relay = self.0.upstream.relay();
+        let sink = context.sink().clone();
+        let id = sink.id().clone();
+        if let Ok(mut s) = relay.subscriptions.lock() {
+            s.push(sink);
+        }
+        context.cancelled().await;
+        relay.unsubscribe(&id);
+        Ok(())
+    }
+
     async fn on_roots_list_changed(
         &self,
         _context: rmcp::service::NotificationContext<RoleServer>,
@@ -504,6 +548,27 @@ impl ServerHandler for Proxy {
             let _ = peer.notify_roots_list_changed().await;
         }
     }
+}
+
+/// A result from an upstream on a revision before 2026-07-28 has no
+/// `resultType`, which a 2026-07-28 client requires; rmcp strips it again for
+/// clients of earlier revisions.
+fn mark_complete(mut r: ServerResult) -> ServerResult {
+    let t = match &mut r {
+        ServerResult::CompleteResult(r) => &mut r.result_type,
+        ServerResult::GetPromptResult(r) => &mut r.result_type,
+        ServerResult::ListPromptsResult(r) => &mut r.result_type,
+        ServerResult::ListResourcesResult(r) => &mut r.result_type,
+        ServerResult::ListResourceTemplatesResult(r) => &mut r.result_type,
+        ServerResult::ReadResourceResult(r) => &mut r.result_type,
+        ServerResult::ListToolsResult(r) => &mut r.result_type,
+        ServerResult::CallToolResult(r) => &mut r.result_type,
+        _ => return r,
+    };
+    if t.is_none() {
+        *t = Some(ResultType::COMPLETE);
+    }
+    r
 }
 
 fn opt<M: Default, P>(params: Option<P>) -> rmcp::model::RequestOptionalParam<M, P> {

@@ -27,7 +27,7 @@ use rmcp::model::{
     LoggingMessageNotificationParam, PingRequest, ProgressNotificationParam, ProgressToken,
     ResourceUpdatedNotificationParam, ServerRequest, Tool,
 };
-use rmcp::service::{NotificationContext, RequestContext, RunningService};
+use rmcp::service::{NotificationContext, RequestContext, RunningService, SubscriptionSink};
 use rmcp::{ClientHandler, ErrorData, Peer, RoleClient, RoleServer, ServiceExt};
 use tokio::io::{AsyncRead, ReadBuf};
 
@@ -360,6 +360,20 @@ pub struct Relay {
     /// How many times the upstream's tools were re-read after it announced
     /// a change.
     pub tool_rereads: Arc<AtomicU64>,
+    /// The client's open `subscriptions/listen` streams (revision
+    /// 2026-07-28, where list-changed notifications travel only on these).
+    pub subscriptions: Arc<StdMutex<Vec<SubscriptionSink>>>,
+    /// The client initialized (a revision before 2026-07-28): list-changed
+    /// notifications go to it unsolicited.
+    pub legacy_client: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// Which list changed.
+#[derive(Debug, Clone, Copy)]
+enum Changed {
+    Tools,
+    Prompts,
+    Resources,
 }
 
 /// What the proxy keeps from an upstream's tool list: the names of the
@@ -412,6 +426,44 @@ impl Relay {
         };
         if let Ok(mut w) = self.with_schema.write() {
             *w = set;
+        }
+    }
+
+    /// Passes a list-changed notification on: on every open subscription of
+    /// a 2026-07-28 client that accepted it, and unsolicited to a client of
+    /// an earlier revision.
+    async fn list_changed(&self, what: Changed) {
+        let sinks = self
+            .subscriptions
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default();
+        for sink in sinks {
+            let sent = match what {
+                Changed::Tools => sink.notify_tool_list_changed().await,
+                Changed::Prompts => sink.notify_prompt_list_changed().await,
+                Changed::Resources => sink.notify_resource_list_changed().await,
+            };
+            if let Err(rmcp::service::SubscriptionSendError::SubscriptionClosed) = sent {
+                self.unsubscribe(sink.id());
+            }
+        }
+        if !self.legacy_client.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Ok(p) = self.peer() {
+            let _ = match what {
+                Changed::Tools => p.notify_tool_list_changed().await,
+                Changed::Prompts => p.notify_prompt_list_changed().await,
+                Changed::Resources => p.notify_resource_list_changed().await,
+            };
+        }
+    }
+
+    /// Forgets a subscription that ended.
+    pub fn unsubscribe(&self, id: &rmcp::model::RequestId) {
+        if let Ok(mut s) = self.subscriptions.lock() {
+            s.retain(|x| x.id() != id);
         }
     }
 
@@ -538,9 +590,7 @@ impl ClientHandler for Relay {
     }
 
     async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        if let Ok(p) = self.peer() {
-            let _ = p.notify_resource_list_changed().await;
-        }
+        self.list_changed(Changed::Resources).await;
     }
 
     async fn ping(&self, _context: RequestContext<RoleClient>) -> Result<(), ErrorData> {
@@ -567,15 +617,11 @@ impl ClientHandler for Relay {
         // Re-read first, so a client that lists or calls at once finds the
         // proxy's facts up to date.
         self.reread_tools(&context.peer).await;
-        if let Ok(p) = self.peer() {
-            let _ = p.notify_tool_list_changed().await;
-        }
+        self.list_changed(Changed::Tools).await;
     }
 
     async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        if let Ok(p) = self.peer() {
-            let _ = p.notify_prompt_list_changed().await;
-        }
+        self.list_changed(Changed::Prompts).await;
     }
 }
 

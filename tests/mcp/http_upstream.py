@@ -12,6 +12,8 @@ can see what actually reached the upstream:
 - `record()`: what reached this server: pings, cancelled calls, slow starts;
 - `add_report_tool()`: registers `report` (with an `outputSchema` that
   forbids extra keys) and announces it with notifications/tools/list_changed;
+- `add_prompt_and_resource()`: registers the prompt `later` and the resource
+  `test://later`, and announces both list changes;
 - `ping_client()`: pings the client (the proxy) and says how it went.
 """
 
@@ -100,6 +102,26 @@ async def add_report_tool(ctx: Context) -> str:
     await ctx.session.send_tool_list_changed()
     await ctx.notify_tools_changed()
     return "added report"
+
+
+def later_prompt() -> str:
+    """A prompt registered at run time."""
+    return "the later prompt"
+
+
+def later_resource() -> str:
+    return "the later resource"
+
+
+@server.tool()
+async def add_prompt_and_resource(ctx: Context) -> str:
+    """Registers the prompt `later` and the resource test://later, and
+    announces both changes."""
+    server.prompt(name="later")(later_prompt)
+    server.resource("test://later", name="later", mime_type="text/plain")(later_resource)
+    await ctx.session.send_prompt_list_changed()
+    await ctx.session.send_resource_list_changed()
+    return "added"
 
 
 @server.tool()

@@ -146,6 +146,25 @@ async def test_a_tools_list_changed_reaches_the_client_and_the_proxy_rereads_the
         assert schema["anyOf"][0]["additionalProperties"] is False
 
 
+async def test_prompt_and_resource_list_changes_reach_the_client_and_the_new_items_are_relayed(server, upstream):
+    seen = []
+
+    async def on_message(m):
+        seen.append(type(m))
+
+    async with via_url(server, upstream.url, message_handler=on_message) as c:
+        await c.call_tool("add_prompt_and_resource", {})
+        with anyio.fail_after(10):
+            while not {types.PromptListChangedNotification, types.ResourceListChangedNotification} <= set(seen):
+                await anyio.sleep(0.05)
+        assert "later" in {p.name for p in (await c.list_prompts()).prompts}
+        got = await c.get_prompt("later", {})
+        assert "the later prompt" in got.messages[0].content.text
+        assert "test://later" in {str(r.uri) for r in (await c.list_resources()).resources}
+        body = await c.read_resource("test://later")
+        assert body.contents[0].text == "the later resource"
+
+
 async def test_a_call_the_client_cancels_is_cancelled_upstream(server, upstream):
     async with via_url(server, upstream.url) as c:
         with anyio.move_on_after(2):
@@ -201,6 +220,64 @@ async def test_an_http_upstream_that_dies_mid_session_gives_a_clear_error_and_th
             again.stop()
 
 
+async def test_the_proxy_over_streamable_http_relays_an_http_upstream_with_one_session_per_client(server, upstream, tmp_path):
+    """Both hops over Streamable HTTP: `spillway mcp proxy --listen` in front
+    of the HTTP upstream, two clients of the official SDK at once."""
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    port = free_port()
+    log = open(tmp_path / "proxy.log", "ab")
+    p = subprocess.Popen(
+        [BIN, "--token", server.token, "mcp", "proxy", "--server", server.addr, "--listen", f"127.0.0.1:{port}",
+         "--upstream-url", upstream.url],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=log, env={**os.environ, "RUST_LOG": "warn"},
+    )
+    try:
+        import socket
+        with anyio.fail_after(60):
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                    break
+                except OSError:
+                    assert p.poll() is None, "the proxy exited at startup"
+                    await anyio.sleep(0.05)
+        url = f"http://127.0.0.1:{port}/mcp"
+        seen = []
+
+        async def on_message(m):
+            seen.append(type(m))
+
+        async with streamable_http_client(url) as (r1, w1, *_), streamable_http_client(url) as (r2, w2, *_):
+            async with ClientSession(r1, w1, message_handler=on_message) as a, ClientSession(r2, w2) as b:
+                await a.initialize()
+                await b.initialize()
+                big = await a.call_tool("lines", {"n": 60000, "tag": "h"})
+                assert len(text_of(big)) < 20_000 and offloaded(big, "text")
+                small = await b.call_tool("lines", {"n": 2, "tag": "b"})
+                assert offloaded(small) == []
+                sa = (await a.call_tool("spillway_list", {})).structured_content
+                sb = (await b.call_tool("spillway_list", {})).structured_content
+                # One Spillway session per client connection: b's is empty.
+                assert {x["payload_id"] for x in sa["payloads"]} == set(offloaded(big))
+                assert sb["payloads"] == []
+                pings = json.loads(text_of(await a.call_tool("record", {})))["pings"]
+                await a.send_ping()
+                assert json.loads(text_of(await a.call_tool("record", {})))["pings"] == pings + 1
+                await a.call_tool("add_report_tool", {})
+                with anyio.fail_after(10):
+                    while types.ToolListChangedNotification not in seen:
+                        await anyio.sleep(0.05)
+    finally:
+        p.terminate()
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+        log.close()
+
+
 async def test_an_upstream_ping_is_answered_by_the_client_behind_the_proxy(server, upstream):
     """A raw JSON-RPC client, so the test sees the ping request arrive."""
     p = subprocess.Popen(
@@ -237,3 +314,28 @@ async def test_an_upstream_ping_is_answered_by_the_client_behind_the_proxy(serve
     finally:
         p.kill()
         p.wait()
+
+
+async def test_a_2026_07_28_client_gets_complete_results_and_list_changes_on_its_subscription(server, upstream):
+    """The SDK's high-level Client negotiates 2026-07-28 with the proxy (no
+    initialize; every result needs `resultType`; list changes travel only on
+    subscriptions/listen), while the proxy reaches the upstream on 2025-11-25."""
+    from mcp import Client, StdioServerParameters
+
+    params = StdioServerParameters(command=BIN, args=[
+        "--token", server.token, "mcp", "proxy", "--server", server.addr, "--upstream-url", upstream.url],
+        env={**os.environ, "RUST_LOG": "warn"})
+    async with Client(params) as c:
+        assert c.session.protocol_version == "2026-07-28"
+        names = {t.name for t in (await c.list_tools()).tools}
+        assert {"lines", "spillway_exec"} <= names
+        big = await c.call_tool("lines", {"n": 60000, "tag": "m"})
+        assert len(text_of(big)) < 20_000 and offloaded(big, "text")
+        async with c.listen(tools_list_changed=True) as sub:
+            assert sub.honored.tools_list_changed
+            await c.call_tool("add_report_tool", {})
+            with anyio.fail_after(10):
+                async for event in sub:
+                    assert type(event).__name__ == "ToolsListChanged"
+                    break
+        assert "report" in {t.name for t in (await c.list_tools()).tools}
