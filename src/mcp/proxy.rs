@@ -3,13 +3,17 @@
 //! offload decision ([`super::offload`]), and Spillway's own tools and
 //! payload resources, which are added.
 //!
+//! A client's ping is relayed to the upstream (a hung or lost upstream
+//! fails it with the reason), and a call the client cancels is cancelled
+//! upstream with the upstream's own request id.
+//!
 //! Logging, sampling, roots and resources/subscribe are deprecated by
 //! SEP-2577 in rmcp, but clients of the revisions before 2026-07-28 use
 //! them, and a proxy relays what its peers speak.
 #![allow(deprecated)]
 
 use std::collections::HashSet;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{
@@ -17,19 +21,20 @@ use rmcp::model::{
     ClientRequest, CompleteRequest, CompleteRequestParams, CompleteResult, ContentBlock,
     GetPromptRequest, GetPromptRequestParams, GetPromptResponse, InitializeRequestParams,
     InitializeResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
-    ListToolsResult, PaginatedRequestParams, ReadResourceRequest, ReadResourceRequestParams,
+    ListToolsResult, PaginatedRequestParams, PingRequest, ReadResourceRequest, ReadResourceRequestParams,
     ReadResourceResponse, RequestMetaObject, ServerCapabilities, ServerConfig, ServerResult,
     SetLevelRequest, SetLevelRequestParams, SubscribeRequest, SubscribeRequestParams,
     UnsubscribeRequest, UnsubscribeRequestParams,
 };
-use rmcp::service::{PeerRequestOptions, RequestContext};
+use rmcp::model::{ResultType, SubscriptionFilter};
+use rmcp::service::{PeerRequestOptions, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceError};
 
 use super::McpError;
 use super::backend::Backend;
 use super::offload::{Offloader, relax_output_schema};
 use super::session::SessionSlot;
-use super::upstream::{Upstream, UpstreamError};
+use super::upstream::{Upstream, UpstreamError, read_tools};
 use super::{resources, tools};
 
 /// Timeouts of the proxy.
@@ -48,7 +53,6 @@ struct Inner {
     offloader: Arc<Offloader>,
     info: InitializeResult,
     timeouts: ProxyTimeouts,
-    with_schema: RwLock<HashSet<String>>,
 }
 
 /// The handler of one proxied client connection.
@@ -69,17 +73,7 @@ pub async fn check_tools(upstream: &Upstream) -> Result<HashSet<String>, McpErro
             return Err(UpstreamError::Rpc(format!("tools/list failed upstream: {e}")).into());
         }
     };
-    if let Some(t) = tools
-        .iter()
-        .find(|t| tools::NAMES.contains(&t.name.as_ref()))
-    {
-        return Err(McpError::NameCollision(t.name.to_string()));
-    }
-    Ok(tools
-        .iter()
-        .filter(|t| t.output_schema.is_some())
-        .map(|t| t.name.to_string())
-        .collect())
+    read_tools(&tools).map_err(McpError::NameCollision)
 }
 
 impl Proxy {
@@ -104,7 +98,22 @@ impl Proxy {
                 .build()
                 .resources;
         }
+        // The proxy passes on whatever list changes the upstream announces
+        // (some servers send them without advertising it), and a 2026-07-28
+        // client only gets them on a subscription to what is advertised.
+        if let Some(t) = caps.tools.as_mut() {
+            t.list_changed = Some(true);
+        }
+        if let Some(p) = caps.prompts.as_mut() {
+            p.list_changed = Some(true);
+        }
+        if let Some(r) = caps.resources.as_mut() {
+            r.list_changed = Some(true);
+        }
         info.capabilities = caps;
+        if let Ok(mut w) = upstream.relay().with_schema.write() {
+            *w = with_schema;
+        }
         let note = "Large tool results are saved by Spillway and replaced by a notice with a payload_id; \
 use spillway_inspect, spillway_search, spillway_read and spillway_exec on it.";
         info.instructions = Some(match info.instructions.take() {
@@ -118,7 +127,6 @@ use spillway_inspect, spillway_search, spillway_read and spillway_exec on it.";
             offloader,
             info,
             timeouts,
-            with_schema: RwLock::new(with_schema),
         }))
     }
 
@@ -157,7 +165,7 @@ use spillway_inspect, spillway_search, spillway_read and spillway_exec on it.";
             m.insert(up_token.clone(), t);
         }
         let result = tokio::select! {
-            r = handle.await_response() => r.map_err(Failure::Service),
+            r = handle.await_response() => r.map(mark_complete).map_err(Failure::Service),
             () = ctx.ct.cancelled() => {
                 let _ = peer
                     .notify_cancelled(rmcp::model::CancelledNotificationParam::new(
@@ -231,7 +239,7 @@ use spillway_inspect, spillway_search, spillway_read and spillway_exec on it.";
     }
 
     fn note_tools(&self, r: &mut ListToolsResult) {
-        let mut with_schema = self.0.with_schema.write().ok();
+        let mut with_schema = self.0.upstream.relay().with_schema.write().ok();
         r.tools.retain(|t| {
             let ours = tools::NAMES.contains(&t.name.as_ref());
             if ours {
@@ -295,6 +303,9 @@ impl ServerHandler for Proxy {
                 ),
             ));
         }
+        relay
+            .legacy_client
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         context.peer.set_peer_info(request.clone());
         self.negotiate_initialize(&request)
     }
@@ -338,6 +349,8 @@ impl ServerHandler for Proxy {
             Ok(ServerResult::CallToolResult(r)) => {
                 let has_schema = self
                     .0
+                    .upstream
+                    .relay()
                     .with_schema
                     .read()
                     .map(|w| w.contains(&name))
@@ -493,8 +506,37 @@ impl ServerHandler for Proxy {
     }
 
     async fn ping(&self, context: RequestContext<RoleServer>) -> Result<(), ErrorData> {
-        // Answered by the proxy itself, and checked upstream when it runs.
-        let _ = context;
+        // Relayed: the client's ping checks the whole chain, so an upstream
+        // that hangs or is gone shows up here with what happened to it.
+        let req = ClientRequest::PingRequest(PingRequest::default());
+        self.forward_plain(req, &context).await.map(|_| ())
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        _requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        // List changes are relayed. Resource updates are not offered on a
+        // subscription: the upstream is reached on an earlier revision,
+        // where they need resources/subscribe per URI.
+        Some(
+            SubscriptionFilter::builder()
+                .tools_list_changed()
+                .prompts_list_changed()
+                .resources_list_changed()
+                .build(),
+        )
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let relay = self.0.upstream.relay();
+        let sink = context.sink().clone();
+        let id = sink.id().clone();
+        if let Ok(mut s) = relay.subscriptions.lock() {
+            s.push(sink);
+        }
+        context.cancelled().await;
+        relay.unsubscribe(&id);
         Ok(())
     }
 
@@ -506,6 +548,27 @@ impl ServerHandler for Proxy {
             let _ = peer.notify_roots_list_changed().await;
         }
     }
+}
+
+/// A result from an upstream on a revision before 2026-07-28 has no
+/// `resultType`, which a 2026-07-28 client requires; rmcp strips it again for
+/// clients of earlier revisions.
+fn mark_complete(mut r: ServerResult) -> ServerResult {
+    let t = match &mut r {
+        ServerResult::CompleteResult(r) => &mut r.result_type,
+        ServerResult::GetPromptResult(r) => &mut r.result_type,
+        ServerResult::ListPromptsResult(r) => &mut r.result_type,
+        ServerResult::ListResourcesResult(r) => &mut r.result_type,
+        ServerResult::ListResourceTemplatesResult(r) => &mut r.result_type,
+        ServerResult::ReadResourceResult(r) => &mut r.result_type,
+        ServerResult::ListToolsResult(r) => &mut r.result_type,
+        ServerResult::CallToolResult(r) => &mut r.result_type,
+        _ => return r,
+    };
+    if t.is_none() {
+        *t = Some(ResultType::COMPLETE);
+    }
+    r
 }
 
 fn opt<M: Default, P>(params: Option<P>) -> rmcp::model::RequestOptionalParam<M, P> {

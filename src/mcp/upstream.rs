@@ -1,7 +1,9 @@
 //! The proxied MCP server: a child process over stdio (restarted on the next
 //! call after it crashed or hung) or a Streamable HTTP URL, and the relay of
 //! what it sends back to the client (sampling, elicitation, roots, progress,
-//! logging, list-changed notifications).
+//! logging, list-changed notifications, ping). A tools list-changed
+//! notification makes the proxy re-read the upstream's tools before it is
+//! passed on.
 //!
 //! Frames from a child pass through [`FrameGuard`], which enforces the
 //! message cap and turns a malformed or oversized response into a JSON-RPC
@@ -12,7 +14,7 @@
 //! revisions before 2026-07-28 use them, and a proxy relays them.
 #![allow(deprecated)]
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, RwLock};
@@ -22,13 +24,16 @@ use std::time::Duration;
 use rmcp::model::{
     CancelledNotificationParam, ClientCapabilities, ClientConfig, CreateMessageRequestParams,
     CreateMessageResult, ElicitRequestParams, ElicitResult, Implementation, ListRootsResult,
-    LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken,
-    ResourceUpdatedNotificationParam,
+    LoggingMessageNotificationParam, PingRequest, ProgressNotificationParam, ProgressToken,
+    ResourceUpdatedNotificationParam, ServerRequest, Tool,
 };
-use rmcp::service::{NotificationContext, RequestContext, RunningService};
+use rmcp::service::{NotificationContext, RequestContext, RunningService, SubscriptionSink};
 use rmcp::{ClientHandler, ErrorData, Peer, RoleClient, RoleServer, ServiceExt};
 use tokio::io::{AsyncRead, ReadBuf};
 
+/// Longest the proxy waits for its client to answer a ping the upstream
+/// sent, and for the upstream's tools/list after a list-changed notification.
+const RELAY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Lines up to this size are checked whole before they are passed on.
 const CHECKED_LINE: usize = 1 << 20;
 /// Bytes kept from each end of a line to find its request id.
@@ -348,9 +353,120 @@ pub struct Relay {
     pub progress: ProgressMap,
     /// The client's identity and capabilities, passed on to the upstream.
     pub client: Arc<RwLock<Option<ClientConfig>>>,
+    /// Names of the upstream's tools that declare an `outputSchema`, as last
+    /// read: at startup, at each tools/list a client makes, and again at each
+    /// notifications/tools/list_changed from the upstream.
+    pub with_schema: Arc<RwLock<HashSet<String>>>,
+    /// How many times the upstream's tools were re-read after it announced
+    /// a change.
+    pub tool_rereads: Arc<AtomicU64>,
+    /// The client's open `subscriptions/listen` streams (revision
+    /// 2026-07-28, where list-changed notifications travel only on these).
+    pub subscriptions: Arc<StdMutex<Vec<SubscriptionSink>>>,
+    /// The client initialized (a revision before 2026-07-28): list-changed
+    /// notifications go to it unsolicited.
+    pub legacy_client: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// Which list changed.
+#[derive(Debug, Clone, Copy)]
+enum Changed {
+    Tools,
+    Prompts,
+    Resources,
+}
+
+/// What the proxy keeps from an upstream's tool list: the names of the
+/// tools that declare an `outputSchema`, or the first tool named like one
+/// of Spillway's own.
+pub fn read_tools(tools: &[Tool]) -> Result<HashSet<String>, String> {
+    if let Some(t) = tools
+        .iter()
+        .find(|t| super::tools::NAMES.contains(&t.name.as_ref()))
+    {
+        return Err(t.name.to_string());
+    }
+    Ok(tools
+        .iter()
+        .filter(|t| t.output_schema.is_some())
+        .map(|t| t.name.to_string())
+        .collect())
 }
 
 impl Relay {
+    /// Re-reads the upstream's tools after it announced a change, so the
+    /// proxy treats a new tool's `outputSchema` right even when the client
+    /// calls it without listing tools first.
+    async fn reread_tools(&self, upstream: &Peer<RoleClient>) {
+        self.tool_rereads.fetch_add(1, Ordering::Relaxed);
+        let tools = match tokio::time::timeout(RELAY_TIMEOUT, upstream.list_all_tools()).await {
+            Ok(Ok(t)) => t,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "tools/list after list_changed failed upstream; keeping the previous tool facts");
+                return;
+            }
+            Err(_) => {
+                tracing::warn!("tools/list after list_changed timed out upstream; keeping the previous tool facts");
+                return;
+            }
+        };
+        let set = match read_tools(&tools) {
+            Ok(set) => set,
+            Err(name) => {
+                // Startup refuses such a server; one that grows such a tool
+                // later keeps running, with the tool hidden from clients
+                // (tools/list) and calls of that name going to Spillway's.
+                tracing::warn!(tool = %name, "upstream added a tool named like one of spillway's; it stays hidden");
+                tools
+                    .iter()
+                    .filter(|t| t.output_schema.is_some())
+                    .map(|t| t.name.to_string())
+                    .collect()
+            }
+        };
+        if let Ok(mut w) = self.with_schema.write() {
+            *w = set;
+        }
+    }
+
+    /// Passes a list-changed notification on: on every open subscription of
+    /// a 2026-07-28 client that accepted it, and unsolicited to a client of
+    /// an earlier revision.
+    async fn list_changed(&self, what: Changed) {
+        let sinks = self
+            .subscriptions
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default();
+        for sink in sinks {
+            let sent = match what {
+                Changed::Tools => sink.notify_tool_list_changed().await,
+                Changed::Prompts => sink.notify_prompt_list_changed().await,
+                Changed::Resources => sink.notify_resource_list_changed().await,
+            };
+            if let Err(rmcp::service::SubscriptionSendError::SubscriptionClosed) = sent {
+                self.unsubscribe(sink.id());
+            }
+        }
+        if !self.legacy_client.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Ok(p) = self.peer() {
+            let _ = match what {
+                Changed::Tools => p.notify_tool_list_changed().await,
+                Changed::Prompts => p.notify_prompt_list_changed().await,
+                Changed::Resources => p.notify_resource_list_changed().await,
+            };
+        }
+    }
+
+    /// Forgets a subscription that ended.
+    pub fn unsubscribe(&self, id: &rmcp::model::RequestId) {
+        if let Ok(mut s) = self.subscriptions.lock() {
+            s.retain(|x| x.id() != id);
+        }
+    }
+
     fn peer(&self) -> Result<Peer<RoleServer>, ErrorData> {
         self.downstream
             .read()
@@ -474,21 +590,38 @@ impl ClientHandler for Relay {
     }
 
     async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        if let Ok(p) = self.peer() {
-            let _ = p.notify_resource_list_changed().await;
+        self.list_changed(Changed::Resources).await;
+    }
+
+    async fn ping(&self, _context: RequestContext<RoleClient>) -> Result<(), ErrorData> {
+        // The upstream checks its peer; the proxy's answer is the client's,
+        // so a ping tells the upstream whether the whole chain is alive.
+        let Ok(peer) = self.peer() else {
+            return Ok(());
+        };
+        let ping = ServerRequest::PingRequest(PingRequest::default());
+        match tokio::time::timeout(RELAY_TIMEOUT, peer.send_request(ping)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(relay_err("ping", e)),
+            Err(_) => Err(ErrorData::internal_error(
+                format!(
+                    "the MCP client behind the Spillway proxy did not answer a ping within {} s",
+                    RELAY_TIMEOUT.as_secs()
+                ),
+                None,
+            )),
         }
     }
 
-    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        if let Ok(p) = self.peer() {
-            let _ = p.notify_tool_list_changed().await;
-        }
+    async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {
+        // Re-read first, so a client that lists or calls at once finds the
+        // proxy's facts up to date.
+        self.reread_tools(&context.peer).await;
+        self.list_changed(Changed::Tools).await;
     }
 
     async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        if let Ok(p) = self.peer() {
-            let _ = p.notify_prompt_list_changed().await;
-        }
+        self.list_changed(Changed::Prompts).await;
     }
 }
 
@@ -641,6 +774,9 @@ impl Upstream {
                 })
             }
             UpstreamSpec::Url(url) => {
+                // reqwest's TLS (an https:// upstream) uses the process's
+                // rustls provider: ring, as for the gRPC listener.
+                let _ = rustls::crypto::ring::default_provider().install_default();
                 let mut config =
                     rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
                         url.as_str(),
