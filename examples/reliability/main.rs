@@ -43,14 +43,6 @@ const SCENARIOS: &[&str] = &[
     "tenants",
 ];
 
-/// Scenarios in the full suite but not yet in CI's smoke run, with the
-/// reason printed at each smoke run. `tenants` holds its error, log and
-/// memory bounds, and guests now share the CPU by tenant (`sandbox::cpu`),
-/// but on two shared cores with a debug build its victim p99 checks still
-/// miss their 2x bound in some runs (Exec beside huge compiles and socket
-/// floods, and single Read or Upload outliers near half a second).
-const NOT_IN_SMOKE: &[&str] = &["tenants"];
-
 #[derive(Parser)]
 #[command(about = "Spillway's reliability suite against the real binary")]
 struct Args {
@@ -239,20 +231,7 @@ async fn main() -> Result<()> {
     eprintln!("reliability: seed {} (--seed to replay)", opts.seed);
     let load_before = loadavg();
     let started = Instant::now();
-    let wanted = |name: &str| {
-        if args.scenario.is_empty() {
-            !(args.smoke && NOT_IN_SMOKE.contains(&name))
-        } else {
-            args.scenario.iter().any(|s| s == name)
-        }
-    };
-    if args.smoke && args.scenario.is_empty() {
-        for name in NOT_IN_SMOKE {
-            eprintln!(
-                "reliability: {name} is not in the smoke run: its victim p99 checks do not pass in every run yet on 2 shared cores with a debug build; run it with --scenario {name} or make reliability"
-            );
-        }
-    }
+    let wanted = |name: &str| args.scenario.is_empty() || args.scenario.iter().any(|s| s == name);
     let mut outcomes = Vec::new();
     let mut baseline = None;
     for &name in SCENARIOS {

@@ -21,10 +21,10 @@ use rmcp::model::{
     ClientRequest, CompleteRequest, CompleteRequestParams, CompleteResult, ContentBlock,
     GetPromptRequest, GetPromptRequestParams, GetPromptResponse, InitializeRequestParams,
     InitializeResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
-    ListToolsResult, PaginatedRequestParams, PingRequest, ReadResourceRequest, ReadResourceRequestParams,
-    ReadResourceResponse, RequestMetaObject, ServerCapabilities, ServerConfig, ServerResult,
-    SetLevelRequest, SetLevelRequestParams, SubscribeRequest, SubscribeRequestParams,
-    UnsubscribeRequest, UnsubscribeRequestParams,
+    ListToolsResult, PaginatedRequestParams, PingRequest, ReadResourceRequest,
+    ReadResourceRequestParams, ReadResourceResponse, RequestMetaObject, ServerCapabilities,
+    ServerConfig, ServerResult, SetLevelRequest, SetLevelRequestParams, SubscribeRequest,
+    SubscribeRequestParams, UnsubscribeRequest, UnsubscribeRequestParams,
 };
 use rmcp::model::{ResultType, SubscriptionFilter};
 use rmcp::service::{PeerRequestOptions, RequestContext, SubscriptionContext};

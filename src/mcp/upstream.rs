@@ -406,7 +406,9 @@ impl Relay {
                 return;
             }
             Err(_) => {
-                tracing::warn!("tools/list after list_changed timed out upstream; keeping the previous tool facts");
+                tracing::warn!(
+                    "tools/list after list_changed timed out upstream; keeping the previous tool facts"
+                );
                 return;
             }
         };
