@@ -142,7 +142,8 @@ impl Bearer {
 
 impl Interceptor for Bearer {
     fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-        req.metadata_mut().insert("authorization", self.token.clone());
+        req.metadata_mut()
+            .insert("authorization", self.token.clone());
         if let Some(s) = &self.session {
             req.metadata_mut().insert(SESSION_HEADER, s.clone());
         }

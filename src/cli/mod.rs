@@ -446,8 +446,8 @@ mod tests {
     use super::*;
 
     fn session_of(args: &[&str]) -> Option<String> {
-        let cli = Cli::try_parse_from(std::iter::once("spillway").chain(args.iter().copied()))
-            .unwrap();
+        let cli =
+            Cli::try_parse_from(std::iter::once("spillway").chain(args.iter().copied())).unwrap();
         cli.command.session().map(str::to_owned)
     }
 

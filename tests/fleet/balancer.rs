@@ -180,8 +180,8 @@ impl Drop for Nginx {
 fn the_test_balancer_config_is_the_shipped_one_but_for_addresses_and_file_paths() {
     let dir = Path::new("/tmp/nginx-test-dir");
     let listen: SocketAddr = "127.0.0.1:4000".parse().unwrap();
-    let ups: [SocketAddr; 3] = ["127.0.0.1:4001", "127.0.0.1:4002", "127.0.0.1:4003"]
-        .map(|a| a.parse().unwrap());
+    let ups: [SocketAddr; 3] =
+        ["127.0.0.1:4001", "127.0.0.1:4002", "127.0.0.1:4003"].map(|a| a.parse().unwrap());
     let generated = config_from_deploy(listen, &ups, dir);
     let (main, http) = added_lines(dir);
     let added: Vec<&str> = main.lines().chain(http.lines()).collect();

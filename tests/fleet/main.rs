@@ -10,10 +10,10 @@
 //! Which replica served a call is read from the replicas' own metrics
 //! (`spillway_rpc_requests_total`), each on its own free port.
 
+mod balancer;
 #[path = "../all/common.rs"]
 #[allow(dead_code)]
 mod common;
-mod balancer;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
