@@ -76,14 +76,14 @@ class Relay(grpc.GenericRpcHandler):
             )
         if kind == (False, True):
             return grpc.unary_stream_rpc_method_handler(
-                lambda req, ctx: relayed(ctx, lambda: list(c.unary_stream(method)(req, metadata=forward)))
+                lambda req, ctx: relayed(ctx, lambda: iter(list(c.unary_stream(method)(req, metadata=forward))))
             )
         if kind == (True, False):
             return grpc.stream_unary_rpc_method_handler(
                 lambda reqs, ctx: relayed(ctx, lambda: c.stream_unary(method)(reqs, metadata=forward))
             )
         return grpc.stream_stream_rpc_method_handler(
-            lambda reqs, ctx: relayed(ctx, lambda: list(c.stream_stream(method)(reqs, metadata=forward)))
+            lambda reqs, ctx: relayed(ctx, lambda: iter(list(c.stream_stream(method)(reqs, metadata=forward))))
         )
 
     def named(self) -> list[tuple[str, str | None]]:
