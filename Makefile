@@ -4,7 +4,7 @@ CARGO ?= cargo
 BIN := $(CARGO) run --release --locked --quiet --
 ENGINES := redb sled postgres
 
-.PHONY: help build run test grpcurl postgres seaweedfs test-engine test-python python-stubs bench-python lint fmt images bench reliability reliability-smoke fuzz clean mcp-deps mcp-test mcp-conformance mcp-bench test-console console-screenshots bench-console
+.PHONY: help build run test grpcurl postgres seaweedfs nginx test-engine test-python python-stubs bench-python lint fmt images bench reliability reliability-smoke fuzz clean mcp-deps mcp-test mcp-conformance mcp-bench test-console console-screenshots bench-console
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -18,7 +18,7 @@ run: build images ## Start a dev server on 127.0.0.1:50051 with data in ./spillw
 	@echo "compliance console: http://127.0.0.1:50052 (sign in with the dev token)"
 	$(BIN) serve --data-dir ./spillway-data
 
-test: images grpcurl postgres seaweedfs ## Build the images if needed, then unit tests, the integration tests against each metadata engine (redb, sled, postgres), and fleet mode
+test: images grpcurl postgres seaweedfs nginx ## Build the images if needed, then unit tests, the integration tests against each metadata engine (redb, sled, postgres), and fleet mode
 	$(CARGO) test --locked --lib --bins
 	@for engine in $(ENGINES); do \
 		echo "== integration tests, store.engine = $$engine"; \
@@ -54,6 +54,12 @@ $(GRPCURL): $(PY_VENV)/bin/python
 # `weed`), started by the tests on free loopback ports.
 postgres: ## Install PostgreSQL (apt) where initdb is missing
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq postgresql)
+
+# The balancer in front of the fleet tests' three replicas: Debian's nginx
+# (grpc_pass, hashing on x-spillway-session as deploy/nginx.conf does),
+# started by the tests on a free loopback port in a temporary directory.
+nginx: ## Install nginx (apt) where it is missing
+	@test -x /usr/sbin/nginx || (apt-get update -qq && apt-get install -y -qq nginx)
 
 WEED := $(PY_VENV)/bin/weed
 

@@ -1,5 +1,7 @@
 //! Connecting to a server: address and token resolution, including the dev
-//! token discovery that makes a local dev server work with no setup.
+//! token discovery that makes a local dev server work with no setup; and the
+//! metadata every call carries (the bearer token, and `x-spillway-session`
+//! on calls that concern a session, for a balancer that hashes on it).
 
 use std::path::{Path, PathBuf};
 
@@ -89,13 +91,62 @@ impl ClientSettings {
     }
 }
 
-/// Adds the bearer token to every call.
+/// The metadata key naming the session a call concerns. Replicas ignore
+/// it; a balancer hashes on it (deploy/nginx.conf), so a session's calls
+/// land on the replica whose local cache holds its payloads.
+pub const SESSION_HEADER: &str = "x-spillway-session";
+
+/// Adds the bearer token to every call, and with [`Bearer::for_session`]
+/// the session's `x-spillway-session` too.
 #[derive(Debug, Clone)]
-pub struct Bearer(MetadataValue<tonic::metadata::Ascii>);
+pub struct Bearer {
+    token: MetadataValue<tonic::metadata::Ascii>,
+    session: Option<MetadataValue<tonic::metadata::Ascii>>,
+}
+
+impl Bearer {
+    /// Authenticates with `token`.
+    pub fn new(token: &str) -> anyhow::Result<Self> {
+        let token = format!("Bearer {token}")
+            .parse()
+            .context("the token contains characters that cannot go in a header")?;
+        Ok(Self {
+            token,
+            session: None,
+        })
+    }
+
+    /// The same token, and every call also names `session` in
+    /// [`SESSION_HEADER`]. An empty `session` names none.
+    pub fn for_session(&self, session: &str) -> anyhow::Result<Self> {
+        let session = if session.is_empty() {
+            None
+        } else {
+            Some(
+                session
+                    .parse()
+                    .with_context(|| format!("the session ID {session:?} cannot go in a header"))?,
+            )
+        };
+        Ok(Self {
+            token: self.token.clone(),
+            session,
+        })
+    }
+
+    /// The session every call names, if any.
+    pub fn session(&self) -> Option<&str> {
+        self.session.as_ref().and_then(|s| s.to_str().ok())
+    }
+}
 
 impl Interceptor for Bearer {
     fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-        req.metadata_mut().insert("authorization", self.0.clone());
+        req.metadata_mut()
+            .insert("authorization", self.token.clone());
+        if let Some(s) = &self.session {
+            req.metadata_mut().insert(SESSION_HEADER, s.clone());
+        }
         Ok(req)
     }
 }
@@ -126,8 +177,48 @@ pub async fn connect(settings: &ClientSettings) -> anyhow::Result<(Channel, Bear
             settings.endpoint
         )
     })?;
-    let value = format!("Bearer {}", settings.token)
-        .parse()
-        .context("the token contains characters that cannot go in a header")?;
-    Ok((channel, Bearer(value)))
+    Ok((channel, Bearer::new(&settings.token)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sent(bearer: &Bearer) -> tonic::metadata::MetadataMap {
+        bearer
+            .clone()
+            .call(tonic::Request::new(()))
+            .unwrap()
+            .metadata()
+            .clone()
+    }
+
+    #[test]
+    fn a_session_bearer_sends_the_token_and_the_session_on_every_call() {
+        let bearer = Bearer::new("tok-1").unwrap().for_session("ses_1").unwrap();
+        for _ in 0..2 {
+            let md = sent(&bearer);
+            assert_eq!(md.get("authorization").unwrap(), "Bearer tok-1");
+            assert_eq!(md.get(SESSION_HEADER).unwrap(), "ses_1");
+        }
+        assert_eq!(bearer.session(), Some("ses_1"));
+    }
+
+    #[test]
+    fn a_plain_or_empty_session_bearer_sends_no_session_header() {
+        let plain = Bearer::new("tok-1").unwrap();
+        assert!(sent(&plain).get(SESSION_HEADER).is_none());
+        let empty = plain.for_session("ses_1").unwrap().for_session("").unwrap();
+        assert!(sent(&empty).get(SESSION_HEADER).is_none());
+        assert_eq!(empty.session(), None);
+    }
+
+    #[test]
+    fn a_session_id_that_cannot_be_a_header_is_refused() {
+        let e = Bearer::new("tok-1")
+            .unwrap()
+            .for_session("ses\n1")
+            .unwrap_err();
+        assert!(e.to_string().contains("cannot go in a header"), "{e}");
+    }
 }

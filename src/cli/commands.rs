@@ -77,6 +77,8 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
         tls,
     )?;
     let (channel, bearer) = connect(&settings).await?;
+    // Every call names the command's session, for a balancer's hash.
+    let bearer = bearer.for_session(cli.command.session().unwrap_or_default())?;
     let mut c = Clients {
         sessions: SessionsClient::with_interceptor(channel.clone(), bearer.clone()),
         policies: PoliciesClient::with_interceptor(channel.clone(), bearer.clone()),
@@ -192,7 +194,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 .into_inner();
             output::show(json, &reply, output::offload)
         }
-        Command::Inspect { payload } => {
+        Command::Inspect { payload, .. } => {
             let s = c
                 .payloads
                 .inspect(proto::PayloadRequest {
@@ -285,7 +287,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 .into_inner();
             output::show(json, &r, output::runtimes)
         }
-        Command::Stat { payload } => {
+        Command::Stat { payload, .. } => {
             let p = c
                 .payloads
                 .stat(proto::PayloadRequest {
@@ -323,6 +325,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             lines,
             bytes,
             max_bytes,
+            ..
         } => {
             let range = match (lines, bytes) {
                 (Some(l), _) => {
@@ -372,6 +375,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
         Command::Download {
             payload,
             output: out,
+            ..
         } => {
             let stat = c
                 .payloads
@@ -411,7 +415,9 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Rm { payload, reason } => {
+        Command::Rm {
+            payload, reason, ..
+        } => {
             let r = c
                 .payloads
                 .delete_payload(proto::DeletePayloadRequest {

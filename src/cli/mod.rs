@@ -108,6 +108,10 @@ pub enum Command {
     Inspect {
         /// Payload ID.
         payload: String,
+        /// The payload's session, if known: only sent as `x-spillway-session`,
+        /// so a balancer routes the call to the replica that caches it.
+        #[arg(long)]
+        session: Option<String>,
     },
     /// Search a session's payloads.
     Grep {
@@ -179,6 +183,10 @@ pub enum Command {
     Stat {
         /// Payload ID.
         payload: String,
+        /// The payload's session, if known: only sent as `x-spillway-session`,
+        /// so a balancer routes the call to the replica that caches it.
+        #[arg(long)]
+        session: Option<String>,
     },
     /// List a session's payloads.
     Ls {
@@ -199,11 +207,19 @@ pub enum Command {
         /// Most bytes to return (server default 64 KiB, ceiling 4 MiB).
         #[arg(long, default_value_t = 0)]
         max_bytes: u64,
+        /// The payload's session, if known: only sent as `x-spillway-session`,
+        /// so a balancer routes the call to the replica that caches it.
+        #[arg(long)]
+        session: Option<String>,
     },
     /// Download a whole payload.
     Download {
         /// Payload ID.
         payload: String,
+        /// The payload's session, if known: only sent as `x-spillway-session`,
+        /// so a balancer routes the call to the replica that caches it.
+        #[arg(long)]
+        session: Option<String>,
         /// Output file (default: stdout).
         #[arg(short, long)]
         output: Option<PathBuf>,
@@ -216,10 +232,52 @@ pub enum Command {
     Rm {
         /// Payload ID.
         payload: String,
+        /// The payload's session, if known: only sent as `x-spillway-session`,
+        /// so a balancer routes the call to the replica that caches it.
+        #[arg(long)]
+        session: Option<String>,
         /// Why, for the receipt.
         #[arg(long, default_value = "")]
         reason: String,
     },
+}
+
+impl Command {
+    /// The session this command concerns, which every call it makes names
+    /// in `x-spillway-session` (none for commands about no one session).
+    pub fn session(&self) -> Option<&str> {
+        let s = match self {
+            Command::Upload { session, .. }
+            | Command::Offload { session, .. }
+            | Command::Grep { session, .. }
+            | Command::Exec { session, .. }
+            | Command::Ls { session } => Some(session),
+            Command::Inspect { session, .. }
+            | Command::Stat { session, .. }
+            | Command::Read { session, .. }
+            | Command::Download { session, .. }
+            | Command::Rm { session, .. } => session.as_ref(),
+            Command::Hold(args) => Some(&args.session),
+            Command::Policy(PolicyCommand::Get { session, .. }) => session.as_ref(),
+            Command::Audit(AuditCommand::Query { session, .. }) => session.as_ref(),
+            Command::Context(
+                ContextCommand::Compact { session, .. } | ContextCommand::Recall { session, .. },
+            ) => Some(session),
+            Command::Session(
+                SessionCommand::Get { session }
+                | SessionCommand::Close { session }
+                | SessionCommand::Rm { session, .. },
+            ) => Some(session),
+            Command::Session(SessionCommand::Create { .. } | SessionCommand::Ls { .. })
+            | Command::Context(ContextCommand::Repair { .. })
+            | Command::Audit(_)
+            | Command::Policy(PolicyCommand::Set(_))
+            | Command::Runtimes
+            | Command::Serve(_)
+            | Command::Mcp(_) => None,
+        };
+        s.map(String::as_str).filter(|s| !s.is_empty())
+    }
 }
 
 /// `spillway serve`.
@@ -381,4 +439,42 @@ pub enum SessionCommand {
         #[arg(long, default_value = "")]
         reason: String,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session_of(args: &[&str]) -> Option<String> {
+        let cli =
+            Cli::try_parse_from(std::iter::once("spillway").chain(args.iter().copied())).unwrap();
+        cli.command.session().map(str::to_owned)
+    }
+
+    #[test]
+    fn commands_about_a_session_name_it_for_the_balancer() {
+        let s = Some("ses_a".to_owned());
+        assert_eq!(session_of(&["ls", "--session", "ses_a"]), s);
+        assert_eq!(session_of(&["grep", "--session", "ses_a", "x"]), s);
+        assert_eq!(session_of(&["session", "get", "ses_a"]), s);
+        assert_eq!(session_of(&["session", "rm", "ses_a"]), s);
+        assert_eq!(session_of(&["hold", "on", "--session", "ses_a"]), s);
+        assert_eq!(
+            session_of(&["context", "recall", "--session", "ses_a", "k"]),
+            s
+        );
+        assert_eq!(session_of(&["stat", "pl_b", "--session", "ses_a"]), s);
+        assert_eq!(session_of(&["read", "pl_b", "--session", "ses_a"]), s);
+        assert_eq!(session_of(&["policy", "get", "--session", "ses_a"]), s);
+    }
+
+    #[test]
+    fn commands_about_no_one_session_name_none() {
+        assert_eq!(session_of(&["stat", "pl_b"]), None);
+        assert_eq!(session_of(&["session", "create"]), None);
+        assert_eq!(session_of(&["session", "ls"]), None);
+        assert_eq!(session_of(&["runtimes"]), None);
+        assert_eq!(session_of(&["audit", "verify"]), None);
+        assert_eq!(session_of(&["ls", "--session", ""]), None);
+    }
 }

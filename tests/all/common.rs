@@ -372,8 +372,8 @@ pub fn header(session: &str, name: &str) -> proto::UploadHeader {
 }
 
 /// Uploads `data` in 64 KiB chunks.
-pub async fn upload(
-    client: &mut PayloadsClient<Svc>,
+pub async fn upload<I: tonic::service::Interceptor>(
+    client: &mut PayloadsClient<InterceptedService<Channel, I>>,
     header: proto::UploadHeader,
     data: &[u8],
 ) -> Result<proto::Payload, tonic::Status> {
@@ -389,8 +389,8 @@ pub async fn upload(
         .map(|r| r.into_inner())
 }
 
-pub async fn download(
-    client: &mut PayloadsClient<Svc>,
+pub async fn download<I: tonic::service::Interceptor>(
+    client: &mut PayloadsClient<InterceptedService<Channel, I>>,
     id: &str,
 ) -> Result<Vec<u8>, tonic::Status> {
     let mut stream = client

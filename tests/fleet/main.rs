@@ -1,9 +1,16 @@
 //! Fleet mode: three real replicas (the release of `spillway serve` as
 //! child processes), each with its own data directory, sharing one
 //! Postgres database (metadata, audit chains, locks, leases) and one
-//! SeaweedFS bucket (payload bytes). Both servers are started by the tests
-//! (`spillway::testing`) on free loopback ports.
+//! SeaweedFS bucket (payload bytes), behind a real balancer (nginx with
+//! deploy/nginx.conf, see `balancer`). All of them are started by the tests
+//! (`spillway::testing`, `balancer::Nginx`) on free loopback ports.
+//!
+//! Tests whose point is a particular replica (a hold set on one, a deletion
+//! on another) address it directly; the others go through the balancer.
+//! Which replica served a call is read from the replicas' own metrics
+//! (`spillway_rpc_requests_total`), each on its own free port.
 
+mod balancer;
 #[path = "../all/common.rs"]
 #[allow(dead_code)]
 mod common;
@@ -13,15 +20,24 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use spillway::config::EngineKind;
-use spillway::proto::{self, audit_client::AuditClient, policies_client::PoliciesClient};
+use spillway::proto::{
+    self, audit_client::AuditClient, payloads_client::PayloadsClient,
+    policies_client::PoliciesClient, sessions_client::SessionsClient,
+};
 use tonic::Code;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
 
-/// Three replicas over one database and one bucket.
+/// Three replicas over one database and one bucket, behind nginx.
 struct Fleet {
+    // Dropped first: the balancer stops before the replicas.
+    balancer: balancer::Nginx,
     _dir: tempfile::TempDir,
     replicas: Vec<ProcessServer>,
     db: spillway::testing::postgres::Database,
     data_dirs: Vec<PathBuf>,
+    /// Each replica's `metrics.listen` port.
+    metrics_ports: Vec<u16>,
 }
 
 impl Fleet {
@@ -44,21 +60,76 @@ impl Fleet {
         std::fs::write(&config, text).unwrap();
         let mut replicas = Vec::new();
         let mut data_dirs = Vec::new();
+        let mut metrics_ports = Vec::new();
         for i in 0..3 {
             let data = dir.path().join(format!("replica-{i}"));
             std::fs::create_dir_all(&data).unwrap();
             // The same database for every replica (see postgres_url_for).
             std::fs::write(data.join("test-postgres-url"), db.url()).unwrap();
             let log = dir.path().join(format!("replica-{i}.log"));
-            replicas.push(ProcessServer::start(Some(&config), &data, log).await);
+            let port = free_port();
+            let listen = format!("127.0.0.1:{port}");
+            let env = [("SPILLWAY_METRICS__LISTEN", listen.as_str())];
+            replicas.push(ProcessServer::start_with_env(Some(&config), &data, log, &env).await);
             data_dirs.push(data);
+            metrics_ports.push(port);
         }
+        let upstreams = [replicas[0].addr, replicas[1].addr, replicas[2].addr];
+        let balancer = balancer::Nginx::start(&upstreams).await;
         Fleet {
+            balancer,
             _dir: dir,
             replicas,
             db,
             data_dirs,
+            metrics_ports,
         }
+    }
+
+    /// A channel to the balancer, and the Rust client's interceptor that
+    /// names `session` in `x-spillway-session` on every call.
+    async fn via(&self, session: &str) -> (Channel, spillway::client::Bearer) {
+        let bearer = spillway::client::Bearer::new(ALICE)
+            .unwrap()
+            .for_session(session)
+            .unwrap();
+        (self.balancer.channel().await, bearer)
+    }
+
+    /// Alice's Payloads client through the balancer, for `session`.
+    async fn payloads_via(&self, session: &str) -> PayloadsClient<Routed> {
+        let (channel, bearer) = self.via(session).await;
+        PayloadsClient::with_interceptor(channel, bearer).max_decoding_message_size(64 << 20)
+    }
+
+    /// Alice's Sessions client through the balancer, for `session`.
+    async fn sessions_via(&self, session: &str) -> SessionsClient<Routed> {
+        let (channel, bearer) = self.via(session).await;
+        SessionsClient::with_interceptor(channel, bearer)
+    }
+
+    /// How many calls of `method` (e.g. `Sessions/GetSession`) each live
+    /// replica has served, by its metrics; `None` for a dead one.
+    fn served(&mut self, method: &str) -> Vec<Option<u64>> {
+        let series = format!("spillway_rpc_requests_total{{method=\"/spillway.v1.{method}\",");
+        let ports = self.metrics_ports.clone();
+        self.replicas
+            .iter_mut()
+            .zip(ports)
+            .map(|(r, port)| {
+                if r.child.try_wait().unwrap().is_some() {
+                    return None;
+                }
+                let text = scrape(port);
+                // Every status code's series.
+                Some(
+                    text.lines()
+                        .filter(|l| l.starts_with(&series))
+                        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                        .sum::<f64>() as u64,
+                )
+            })
+            .collect()
     }
 
     fn log(&self, i: usize) -> String {
@@ -77,16 +148,46 @@ impl Drop for Fleet {
                     eprintln!("{l}");
                 }
             }
+            eprintln!("--- nginx's error log:\n{}", self.balancer.error_log());
         }
     }
+}
+
+/// A client of the Rust client library's interceptor (token and session).
+type Routed = InterceptedService<Channel, spillway::client::Bearer>;
+
+/// `GET /metrics` of a replica, over plain HTTP/1.1.
+fn scrape(port: u16) -> String {
+    use std::io::{Read as _, Write as _};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    out
+}
+
+/// Per replica, `after - before` (0 for a replica dead at either time).
+fn delta(before: &[Option<u64>], after: &[Option<u64>]) -> Vec<u64> {
+    before
+        .iter()
+        .zip(after)
+        .map(|(b, a)| match (b, a) {
+            (Some(b), Some(a)) => a - b,
+            _ => 0,
+        })
+        .collect()
 }
 
 fn payload_file(data_dir: &Path, session: &str, name: &str) -> PathBuf {
     data_dir.join("sessions").join(session).join(name)
 }
 
+/// A session made through the balancer (no session yet: any replica).
 async fn session_with(fleet: &Fleet, policy: proto::Policy) -> proto::Session {
-    fleet.replicas[0]
+    fleet
+        .balancer
         .sessions(ALICE)
         .await
         .create_session(proto::CreateSessionRequest {
@@ -484,4 +585,189 @@ async fn a_reused_name_never_serves_the_deleted_payloads_local_copy() {
         download(&mut b, &new.id).await.unwrap(),
         b"the NEW bytes, longer\n"
     );
+}
+
+#[tokio::test]
+async fn calls_naming_one_session_land_on_one_replica_and_sessions_spread_over_replicas() {
+    let mut fleet = Fleet::start("").await;
+    let mut homes = Vec::new();
+    for _ in 0..12 {
+        let session = session_with(&fleet, proto::Policy::default()).await;
+        let before = fleet.served("Sessions/GetSession");
+        for _ in 0..5 {
+            // A new connection to the balancer for every call: the hash
+            // routes each call, not a connection's stickiness.
+            fleet
+                .sessions_via(&session.id)
+                .await
+                .get_session(proto::GetSessionRequest {
+                    session_id: session.id.clone(),
+                })
+                .await
+                .unwrap();
+        }
+        let d = delta(&before, &fleet.served("Sessions/GetSession"));
+        let home = d
+            .iter()
+            .position(|&n| n == 5)
+            .filter(|_| d.iter().sum::<u64>() == 5)
+            .unwrap_or_else(|| panic!("the session's five calls went to {d:?}"));
+        homes.push(home);
+    }
+    let per_replica: Vec<usize> = (0..3)
+        .map(|i| homes.iter().filter(|&&h| h == i).count())
+        .collect();
+    eprintln!("12 sessions' homes per replica: {per_replica:?}");
+    assert!(
+        per_replica.iter().filter(|&&n| n > 0).count() >= 2,
+        "sessions spread over replicas: {per_replica:?}"
+    );
+    // Calls naming no session spread too (the balancer hashes a request ID).
+    let session = session_with(&fleet, proto::Policy::default()).await;
+    let before = fleet.served("Sessions/GetSession");
+    let mut plain = fleet.balancer.sessions(ALICE).await;
+    for _ in 0..30 {
+        plain
+            .get_session(proto::GetSessionRequest {
+                session_id: session.id.clone(),
+            })
+            .await
+            .unwrap();
+    }
+    let d = delta(&before, &fleet.served("Sessions/GetSession"));
+    eprintln!("30 calls without x-spillway-session per replica: {d:?}");
+    assert_eq!(d.iter().sum::<u64>(), 30);
+    assert!(d.iter().filter(|&&n| n > 0).count() >= 2, "{d:?}");
+}
+
+#[tokio::test]
+async fn killing_a_sessions_replica_moves_its_calls_to_another_with_the_data_intact() {
+    let mut fleet = Fleet::start("").await;
+    let session = session_with(&fleet, proto::Policy::default()).await;
+    let before = fleet.served("Payloads/Upload");
+    let mut stored = Vec::new();
+    for (i, size) in [10usize, 200_000, 3_000_000].into_iter().enumerate() {
+        let data: Vec<u8> = (0..size).map(|j| ((i * 7 + j) % 251) as u8).collect();
+        let p = upload(
+            &mut fleet.payloads_via(&session.id).await,
+            header(&session.id, &format!("p{i}.bin")),
+            &data,
+        )
+        .await
+        .unwrap();
+        assert_eq!(p.sha256, sha256_hex(&data));
+        stored.push((p, data));
+    }
+    let d = delta(&before, &fleet.served("Payloads/Upload"));
+    let home = d
+        .iter()
+        .position(|&n| n == 3)
+        .unwrap_or_else(|| panic!("the session's uploads went to {d:?}"));
+    for (p, _) in &stored {
+        assert!(payload_file(&fleet.data_dirs[home], &session.id, &p.name).exists());
+    }
+    fleet.replicas[home].kill9();
+    let killed = Instant::now();
+    let before = fleet.served("Payloads/Download");
+    // Every acknowledged payload, whole, through the balancer.
+    for (i, (p, data)) in stored.iter().enumerate() {
+        let got = download(&mut fleet.payloads_via(&session.id).await, &p.id)
+            .await
+            .unwrap_or_else(|e| panic!("payload {i} after the kill: {e:?}"));
+        assert_eq!(sha256_hex(&got), p.sha256);
+        assert_eq!(&got, data);
+        if i == 0 {
+            eprintln!(
+                "first call after kill -9 of the session's replica answered {:?} after the kill",
+                killed.elapsed()
+            );
+        }
+    }
+    let d = delta(&before, &fleet.served("Payloads/Download"));
+    let next = d
+        .iter()
+        .position(|&n| n == 3)
+        .filter(|&n| n != home && d.iter().sum::<u64>() == 3)
+        .unwrap_or_else(|| {
+            panic!("the session's reads after the kill went to {d:?} (replica {home} is dead)")
+        });
+    // The new replica now caches them, and takes the session's new work.
+    for (p, _) in &stored {
+        assert!(payload_file(&fleet.data_dirs[next], &session.id, &p.name).exists());
+    }
+    let more = upload(
+        &mut fleet.payloads_via(&session.id).await,
+        header(&session.id, "after.txt"),
+        b"after the failover\n",
+    )
+    .await
+    .unwrap();
+    let listed = fleet
+        .payloads_via(&session.id)
+        .await
+        .list_payloads(proto::ListPayloadsRequest {
+            session_id: session.id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut names: Vec<String> = listed.payloads.iter().map(|p| p.name.clone()).collect();
+    names.sort();
+    assert_eq!(names, ["after.txt", "p0.bin", "p1.bin", "p2.bin"]);
+    assert!(payload_file(&fleet.data_dirs[next], &session.id, &more.name).exists());
+    // nginx's own account: the session's calls after the kill named the
+    // survivor as their upstream.
+    let survivor = fleet.replicas[next].addr.to_string();
+    let log = fleet.balancer.access_log();
+    let after: Vec<&str> = log
+        .lines()
+        .filter(|l| l.split(' ').nth(1) == Some(session.id.as_str()))
+        .skip(3)
+        .collect();
+    assert!(!after.is_empty(), "{log}");
+    assert!(after.iter().all(|l| l.ends_with(&survivor)), "{log}");
+}
+
+#[tokio::test]
+async fn the_cli_names_its_session_so_its_calls_land_on_one_replica() {
+    let mut fleet = Fleet::start("").await;
+    let session = session_with(&fleet, proto::Policy::default()).await;
+    let stored = upload(
+        &mut fleet.balancer.payloads(ALICE).await,
+        header(&session.id, "cli.txt"),
+        b"through the command line\n",
+    )
+    .await
+    .unwrap();
+    let addr = fleet.balancer.addr.to_string();
+    let cli = |args: &[&str]| {
+        let out = command()
+            .args(["--addr", &addr, "--token", ALICE])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let before = fleet.served("Payloads/ListPayloads");
+    for _ in 0..6 {
+        assert!(cli(&["ls", "--session", &session.id]).contains("cli.txt"));
+    }
+    let d = delta(&before, &fleet.served("Payloads/ListPayloads"));
+    assert!(d.contains(&6) && d.iter().sum::<u64>() == 6, "{d:?}");
+    let home = d.iter().position(|&n| n == 6).unwrap();
+    // A payload command given the session goes to the same replica.
+    let before = fleet.served("Payloads/Read");
+    for _ in 0..3 {
+        assert!(
+            cli(&["read", &stored.id, "--session", &session.id]).contains("through the command")
+        );
+    }
+    let d = delta(&before, &fleet.served("Payloads/Read"));
+    assert_eq!(d[home], 3, "{d:?}");
 }

@@ -25,6 +25,18 @@ Progress = Callable[[int, Union[int, None]], None]
 ResultLike = Union[ToolResult, tuple[str, str, Union[str, bytes]]]
 """A tool result: a ToolResult, or (call_id, tool_name, content)."""
 
+SESSION_HEADER = "x-spillway-session"
+"""The metadata key naming the session a call concerns. Replicas ignore it;
+a balancer hashes on it (deploy/nginx.conf), so a session's calls land on the
+replica whose local cache holds its payloads."""
+
+
+def session_metadata(request: Any = None, session_id: str | None = None) -> tuple[tuple[str, str], ...] | None:
+    """The call's `x-spillway-session` metadata: `session_id`, else the
+    request's own `session_id` field; None when the call names no session."""
+    sid = session_id or getattr(request, "session_id", "") or ""
+    return ((SESSION_HEADER, sid),) if sid else None
+
 
 def tool_results(results: Iterable[ResultLike]) -> list[payloads_pb2.ToolResult]:
     out = []

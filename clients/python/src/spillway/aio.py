@@ -120,9 +120,11 @@ class AsyncClient:
     ) -> None:
         await self.close()
 
-    async def _unary(self, method: Any, request: Any) -> Any:
+    async def _unary(self, method: Any, request: Any, session_id: str | None = None) -> Any:
+        # Names the session (the request's own, or `session_id`) for a balancer.
+        metadata = _requests.session_metadata(request, session_id)
         try:
-            return await method(request, timeout=self.timeout)
+            return await method(request, timeout=self.timeout, metadata=metadata)
         except grpc.RpcError as e:
             raise from_grpc(e) from None
 
@@ -174,17 +176,18 @@ class AsyncClient:
         )
         return Receipt.from_proto(reply)
 
-    async def stat(self, payload_id: str) -> PayloadInfo:
-        """A payload's metadata."""
-        return PayloadInfo.from_proto(
-            await self._unary(self.stubs.payloads.Stat, payloads_pb2.PayloadRequest(payload_id=payload_id))
-        )
+    # `session_id`, where a call takes one, only names the payload's session
+    # in x-spillway-session, for a balancer's cache locality.
 
-    async def inspect(self, payload_id: str) -> Structure:
+    async def stat(self, payload_id: str, *, session_id: str | None = None) -> PayloadInfo:
+        """A payload's metadata."""
+        request = payloads_pb2.PayloadRequest(payload_id=payload_id)
+        return PayloadInfo.from_proto(await self._unary(self.stubs.payloads.Stat, request, session_id))
+
+    async def inspect(self, payload_id: str, *, session_id: str | None = None) -> Structure:
         """A payload's structure."""
-        return Structure.from_proto(
-            await self._unary(self.stubs.payloads.Inspect, payloads_pb2.PayloadRequest(payload_id=payload_id))
-        )
+        request = payloads_pb2.PayloadRequest(payload_id=payload_id)
+        return Structure.from_proto(await self._unary(self.stubs.payloads.Inspect, request, session_id))
 
     async def read(
         self,
@@ -193,34 +196,37 @@ class AsyncClient:
         lines: tuple[int, int] | None = None,
         byte_range: tuple[int, int] | None = None,
         max_bytes: int = 0,
+        session_id: str | None = None,
     ) -> ReadResult:
         """A line or byte range of a payload."""
         request = _requests.read_request(payload_id, lines, byte_range, max_bytes)
-        return ReadResult.from_proto(await self._unary(self.stubs.payloads.Read, request))
+        return ReadResult.from_proto(await self._unary(self.stubs.payloads.Read, request, session_id))
 
-    async def download_chunks(self, payload_id: str) -> AsyncIterator[bytes]:
+    async def download_chunks(self, payload_id: str, *, session_id: str | None = None) -> AsyncIterator[bytes]:
         """A whole payload, chunk by chunk."""
-        call = self.stubs.payloads.Download(payloads_pb2.PayloadRequest(payload_id=payload_id))
+        call = self.stubs.payloads.Download(
+            payloads_pb2.PayloadRequest(payload_id=payload_id),
+            metadata=_requests.session_metadata(session_id=session_id),
+        )
         try:
             async for chunk in call:
                 yield chunk.data
         except grpc.RpcError as e:
             raise from_grpc(e) from None
 
-    async def download(self, payload_id: str, *, to: str | os.PathLike[str]) -> int:
+    async def download(self, payload_id: str, *, to: str | os.PathLike[str], session_id: str | None = None) -> int:
         """Streams a whole payload into the file `to`; returns the bytes written."""
         written = 0
         with Path(to).open("wb") as f:
-            async for chunk in self.download_chunks(payload_id):
+            async for chunk in self.download_chunks(payload_id, session_id=session_id):
                 f.write(chunk)
                 written += len(chunk)
         return written
 
-    async def delete_payload(self, payload_id: str, reason: str = "") -> Receipt:
+    async def delete_payload(self, payload_id: str, reason: str = "", *, session_id: str | None = None) -> Receipt:
         """Deletes a payload; returns the receipt."""
-        reply = await self._unary(
-            self.stubs.payloads.DeletePayload, payloads_pb2.DeletePayloadRequest(payload_id=payload_id, reason=reason)
-        )
+        request = payloads_pb2.DeletePayloadRequest(payload_id=payload_id, reason=reason)
+        reply = await self._unary(self.stubs.payloads.DeletePayload, request, session_id)
         return Receipt.from_proto(reply)
 
     async def runtimes(self) -> list[Runtime]:
@@ -316,7 +322,8 @@ class AsyncSession:
             progress=progress,
         )
         try:
-            reply = await self.client.stubs.payloads.Upload(chunks)
+            metadata = _requests.session_metadata(session_id=self.id)
+            reply = await self.client.stubs.payloads.Upload(chunks, metadata=metadata)
         except grpc.RpcError as e:
             raise from_grpc(e) from None
         return PayloadInfo.from_proto(reply)
@@ -337,7 +344,7 @@ class AsyncSession:
 
     async def inspect(self, payload_id: str) -> Structure:
         """A payload's structure."""
-        return await self.client.inspect(payload_id)
+        return await self.client.inspect(payload_id, session_id=self.id)
 
     async def search(
         self,
@@ -364,15 +371,17 @@ class AsyncSession:
         max_bytes: int = 0,
     ) -> ReadResult:
         """A line or byte range of a payload."""
-        return await self.client.read(payload_id, lines=lines, byte_range=byte_range, max_bytes=max_bytes)
+        return await self.client.read(
+            payload_id, lines=lines, byte_range=byte_range, max_bytes=max_bytes, session_id=self.id
+        )
 
     async def download(self, payload_id: str, *, to: str | os.PathLike[str]) -> int:
         """Streams a whole payload into the file `to`."""
-        return await self.client.download(payload_id, to=to)
+        return await self.client.download(payload_id, to=to, session_id=self.id)
 
     def download_chunks(self, payload_id: str) -> AsyncIterator[bytes]:
         """A whole payload, chunk by chunk."""
-        return self.client.download_chunks(payload_id)
+        return self.client.download_chunks(payload_id, session_id=self.id)
 
     async def exec(
         self,

@@ -144,8 +144,10 @@ class Client:
     ) -> None:
         self.close()
 
-    def _unary(self, method: Any, request: Any) -> Any:
-        return _call(method, request, timeout=self.timeout)
+    def _unary(self, method: Any, request: Any, session_id: str | None = None) -> Any:
+        # Names the session (the request's own, or `session_id`) for a balancer.
+        metadata = _requests.session_metadata(request, session_id)
+        return _call(method, request, timeout=self.timeout, metadata=metadata)
 
     # Sessions.
 
@@ -196,17 +198,18 @@ class Client:
 
     # Payloads by ID.
 
-    def stat(self, payload_id: str) -> PayloadInfo:
-        """A payload's metadata."""
-        return PayloadInfo.from_proto(
-            self._unary(self.stubs.payloads.Stat, payloads_pb2.PayloadRequest(payload_id=payload_id))
-        )
+    # `session_id`, where a call takes one, only names the payload's session
+    # in x-spillway-session, for a balancer's cache locality.
 
-    def inspect(self, payload_id: str) -> Structure:
+    def stat(self, payload_id: str, *, session_id: str | None = None) -> PayloadInfo:
+        """A payload's metadata."""
+        request = payloads_pb2.PayloadRequest(payload_id=payload_id)
+        return PayloadInfo.from_proto(self._unary(self.stubs.payloads.Stat, request, session_id))
+
+    def inspect(self, payload_id: str, *, session_id: str | None = None) -> Structure:
         """A payload's structure, found by streaming it in bounded memory."""
-        return Structure.from_proto(
-            self._unary(self.stubs.payloads.Inspect, payloads_pb2.PayloadRequest(payload_id=payload_id))
-        )
+        request = payloads_pb2.PayloadRequest(payload_id=payload_id)
+        return Structure.from_proto(self._unary(self.stubs.payloads.Inspect, request, session_id))
 
     def read(
         self,
@@ -215,16 +218,17 @@ class Client:
         lines: tuple[int, int] | None = None,
         byte_range: tuple[int, int] | None = None,
         max_bytes: int = 0,
+        session_id: str | None = None,
     ) -> ReadResult:
         """A line range (1-based, inclusive; end 0 = to the end) or a byte range
         (offset, length) of a payload, at most `max_bytes` (0: the server's default)."""
         request = _requests.read_request(payload_id, lines, byte_range, max_bytes)
-        return ReadResult.from_proto(self._unary(self.stubs.payloads.Read, request))
+        return ReadResult.from_proto(self._unary(self.stubs.payloads.Read, request, session_id))
 
-    def download(self, payload_id: str, *, to: str | os.PathLike[str]) -> int:
+    def download(self, payload_id: str, *, to: str | os.PathLike[str], session_id: str | None = None) -> int:
         """Streams a whole payload into the file `to`, chunk by chunk (at most
         1 MiB in memory); returns the bytes written. See download_chunks."""
-        chunks = self.download_chunks(payload_id)
+        chunks = self.download_chunks(payload_id, session_id=session_id)
         written = 0
         with Path(to).open("wb") as f:
             for chunk in chunks:
@@ -232,17 +236,20 @@ class Client:
                 written += len(chunk)
         return written
 
-    def download_chunks(self, payload_id: str) -> Iterator[bytes]:
+    def download_chunks(self, payload_id: str, *, session_id: str | None = None) -> Iterator[bytes]:
         """The payload's bytes, chunk by chunk."""
-        stream = _call(self.stubs.payloads.Download, payloads_pb2.PayloadRequest(payload_id=payload_id))
+        stream = _call(
+            self.stubs.payloads.Download,
+            payloads_pb2.PayloadRequest(payload_id=payload_id),
+            metadata=_requests.session_metadata(session_id=session_id),
+        )
         for chunk in _stream(stream):
             yield chunk.data
 
-    def delete_payload(self, payload_id: str, reason: str = "") -> Receipt:
+    def delete_payload(self, payload_id: str, reason: str = "", *, session_id: str | None = None) -> Receipt:
         """Deletes a payload (and what was derived from it); returns the receipt."""
-        reply = self._unary(
-            self.stubs.payloads.DeletePayload, payloads_pb2.DeletePayloadRequest(payload_id=payload_id, reason=reason)
-        )
+        request = payloads_pb2.DeletePayloadRequest(payload_id=payload_id, reason=reason)
+        reply = self._unary(self.stubs.payloads.DeletePayload, request, session_id)
         return Receipt.from_proto(reply)
 
     # Code mode, context.
@@ -343,7 +350,8 @@ class Session:
             is_error=is_error,
             progress=progress,
         )
-        return PayloadInfo.from_proto(_call(self.client.stubs.payloads.Upload, chunks))
+        metadata = _requests.session_metadata(session_id=self.id)
+        return PayloadInfo.from_proto(_call(self.client.stubs.payloads.Upload, chunks, metadata=metadata))
 
     def payloads(self) -> list[PayloadInfo]:
         """Every payload of the session."""
@@ -361,7 +369,7 @@ class Session:
 
     def inspect(self, payload_id: str) -> Structure:
         """A payload's structure."""
-        return self.client.inspect(payload_id)
+        return self.client.inspect(payload_id, session_id=self.id)
 
     def search(
         self,
@@ -388,15 +396,17 @@ class Session:
         max_bytes: int = 0,
     ) -> ReadResult:
         """A line or byte range of a payload."""
-        return self.client.read(payload_id, lines=lines, byte_range=byte_range, max_bytes=max_bytes)
+        return self.client.read(
+            payload_id, lines=lines, byte_range=byte_range, max_bytes=max_bytes, session_id=self.id
+        )
 
     def download(self, payload_id: str, *, to: str | os.PathLike[str]) -> int:
         """Streams a whole payload into the file `to`; returns the bytes written."""
-        return self.client.download(payload_id, to=to)
+        return self.client.download(payload_id, to=to, session_id=self.id)
 
     def download_chunks(self, payload_id: str) -> Iterator[bytes]:
         """A whole payload, chunk by chunk."""
-        return self.client.download_chunks(payload_id)
+        return self.client.download_chunks(payload_id, session_id=self.id)
 
     def exec(
         self,
