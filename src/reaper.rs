@@ -24,6 +24,9 @@
 //! after the new holder started. With an embedded engine the lease is
 //! always granted.
 //!
+//! The lease holder also samples each tenant's usage for its history
+//! ([`Store::sample_usage`], at most hourly).
+//!
 //! Time comes from the store's [`crate::clock::Clock`], so tests move a
 //! manual clock forward instead of sleeping through retention periods.
 
@@ -194,6 +197,10 @@ pub fn spawn(
                     };
                     let now = store.now_ms();
                     let step = store.reap_due(&lease, now, after.as_deref(), batch)?;
+                    // The holder also keeps the tenants' usage history.
+                    if let Err(e) = store.sample_usage() {
+                        tracing::warn!(error = %e, "could not sample the tenants' usage; the next pass retries");
+                    }
                     Ok::<_, crate::store::StoreError>(Some((lease.token, step)))
                 })
                 .await

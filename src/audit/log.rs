@@ -509,6 +509,33 @@ impl AuditLog {
             .collect())
     }
 
+    /// The newest event of `tenant`'s chain with action `action`, looking
+    /// back at most `look_back` events from the head (`None` when none is
+    /// found within them).
+    pub fn last_of(
+        &self,
+        tenant: &str,
+        action: &str,
+        look_back: u64,
+    ) -> Result<Option<AuditEvent>> {
+        let (head, _) = self.head(tenant)?;
+        let floor = head.saturating_sub(look_back).max(1);
+        let mut upto = head;
+        while upto >= floor && upto > 0 {
+            let from = upto.saturating_sub(SCAN_BATCH as u64 - 1).max(floor);
+            let page = self.scan(tenant, from, upto, SCAN_BATCH)?;
+            let found = page
+                .into_iter()
+                .rev()
+                .find_map(|(_, e)| e.filter(|e| e.tenant == tenant && e.action == action));
+            if found.is_some() {
+                return Ok(found);
+            }
+            upto = from - 1;
+        }
+        Ok(None)
+    }
+
     /// Events of `tenant`'s chain that pass `filter`, in `seq` order, at
     /// most `page_size` of them, from where `page_token` says (empty: from
     /// the start). The page's `next_token` is empty when nothing follows.
@@ -743,6 +770,50 @@ mod tests {
             .unwrap();
         assert_eq!(raw[0], records::VALUE_FORMAT);
         assert_eq!(&raw[1..], b.to_export_line().as_bytes());
+    }
+
+    #[test]
+    fn last_of_finds_the_newest_event_of_an_action_within_its_look_back() {
+        let mut f = fixture();
+        let verify = |n: u64| {
+            NewEvent::new(action::AUDIT_VERIFY)
+                .by("carol", "acme")
+                .detail(format!("ok events_checked={n} head_seq={n}"))
+        };
+        f.log.append(verify(1)).unwrap();
+        for n in 2..600 {
+            f.log.append(ev(n, "acme")).unwrap();
+        }
+        f.log.append(verify(600)).unwrap();
+        f.log.append(ev(601, "other")).unwrap();
+        for n in 602..900 {
+            f.log.append(ev(n, "acme")).unwrap();
+        }
+        f.reopen();
+        let found = f.log.last_of("acme", action::AUDIT_VERIFY, 10_000).unwrap();
+        assert_eq!(
+            found.map(|e| e.detail),
+            Some("ok events_checked=600 head_seq=600".into())
+        );
+        // 298 events follow it: a look-back of 100 does not reach it.
+        assert!(
+            f.log
+                .last_of("acme", action::AUDIT_VERIFY, 100)
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            f.log
+                .last_of("other", action::AUDIT_VERIFY, 10_000)
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            f.log
+                .last_of("nobody", action::AUDIT_VERIFY, 10_000)
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[test]

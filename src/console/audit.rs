@@ -108,7 +108,7 @@ pub fn verification_notice(v: Option<&Verification>) -> Markup {
     match v {
         None => views::notice(
             "info",
-            "The chain has not been verified from this console yet.",
+            "No verification of the chain is on record (the last 100 000 events hold none). Verify it now to check every event up to the head.",
         ),
         Some(v) => {
             let at = humantime::format_rfc3339_seconds(v.at);
@@ -151,6 +151,72 @@ pub async fn run_verify(ctx: &Ctx) -> Result<Verification, tonic::Status> {
         .unwrap_or_else(|e| e.into_inner())
         .insert(ctx.signed.principal.tenant.clone(), v.clone());
     Ok(v)
+}
+
+/// Audit events looked back through for the last verification.
+const VERIFY_LOOK_BACK: u64 = 100_000;
+
+/// The tenant's last verification: this console's, or else the one its
+/// chain records (an `audit.verify` event, by any door, before a restart
+/// or on another replica). `None` when neither is known.
+pub async fn last_verification(ctx: &Ctx) -> Result<Option<Verification>, tonic::Status> {
+    let tenant = &ctx.signed.principal.tenant;
+    let known = ctx
+        .app
+        .verified
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(tenant)
+        .cloned();
+    if known.is_some() {
+        return Ok(known);
+    }
+    let (service, p) = ctx.service();
+    let event = service
+        .last_verification(p, VERIFY_LOOK_BACK)
+        .await
+        .map_err(status)?;
+    let v = event.and_then(|e| from_event(&e));
+    if let Some(v) = &v {
+        ctx.app
+            .verified
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(tenant.clone())
+            .or_insert_with(|| v.clone());
+    }
+    Ok(v)
+}
+
+/// A verification as its `audit.verify` event's detail records it:
+/// `ok events_checked=N head_seq=M` or `bad first_bad_seq=S
+/// events_checked=N head_seq=M`.
+fn from_event(e: &AuditEvent) -> Option<Verification> {
+    let mut words = e.detail.split(' ');
+    let ok = match words.next()? {
+        "ok" => true,
+        "bad" => false,
+        _ => return None,
+    };
+    let mut v = Verification {
+        ok,
+        events_checked: 0,
+        first_bad_seq: 0,
+        head_seq: 0,
+        at: humantime::parse_rfc3339(&e.time).ok()?,
+        by: e.principal.clone(),
+    };
+    for w in words {
+        let (k, n) = w.split_once('=')?;
+        let n: u64 = n.parse().ok()?;
+        match k {
+            "events_checked" => v.events_checked = n,
+            "first_bad_seq" => v.first_bad_seq = n,
+            "head_seq" => v.head_seq = n,
+            _ => {}
+        }
+    }
+    Some(v)
 }
 
 fn query_form(f: &AuditFilters) -> Markup {
@@ -207,13 +273,17 @@ fn events_table(events: &[AuditEvent]) -> Markup {
 
 /// GET /audit.
 pub async fn query(ctx: Ctx, Query(f): Query<AuditFilters>) -> Response {
-    let last = ctx
-        .app
-        .verified
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(&ctx.signed.principal.tenant)
-        .cloned();
+    let last = if super::views::may(
+        &ctx.signed.principal.roles,
+        crate::auth::access::Rpc::VerifyAudit,
+    ) {
+        match last_verification(&ctx).await {
+            Ok(v) => v,
+            Err(s) => return ctx.refused(Section::Audit, &s),
+        }
+    } else {
+        None
+    };
     let tools = html! {
         section class="card" aria-labelledby="tools-h" {
             h2 id="tools-h" { "Chain and export" }
@@ -541,6 +611,37 @@ pub async fn verify_receipt(ctx: Ctx, axum::Form(f): axum::Form<PastedReceipt>) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_verify_events_detail_reads_back_as_the_verification() {
+        let e = AuditEvent {
+            action: action::AUDIT_VERIFY.into(),
+            detail: "bad first_bad_seq=7 events_checked=9 head_seq=12".into(),
+            principal: "carol".into(),
+            time: "2026-12-01T09:30:00.000Z".into(),
+            ..Default::default()
+        };
+        let v = from_event(&e).unwrap();
+        assert_eq!(
+            (v.ok, v.first_bad_seq, v.events_checked, v.head_seq),
+            (false, 7, 9, 12)
+        );
+        assert_eq!(v.by, "carol");
+        assert_eq!(
+            humantime::format_rfc3339_seconds(v.at).to_string(),
+            "2026-12-01T09:30:00Z"
+        );
+        let ok = AuditEvent {
+            detail: "ok events_checked=3 head_seq=3".into(),
+            ..e.clone()
+        };
+        assert!(from_event(&ok).unwrap().ok);
+        let odd = AuditEvent {
+            detail: "export".into(),
+            ..e
+        };
+        assert!(from_event(&odd).is_none());
+    }
 
     #[test]
     fn datetime_local_values_are_read_as_utc() {

@@ -1,5 +1,7 @@
 //! The overview: storage and payloads over time, what expires when, active
 //! holds, and the audit chain's last verification. Computed from
+//! [`Service::usage_history`](crate::service::Service::usage_history) (the
+//! daily samples the reaper keeps, so deleted sessions stay in the past),
 //! [`Service::list_sessions`](crate::service::Service::list_sessions) pages
 //! (bounded by `console.overview_max_sessions`) and
 //! [`Service::verify_audit`](crate::service::Service::verify_audit).
@@ -12,8 +14,9 @@ use maud::{PreEscaped, html};
 use super::charts;
 use super::ctx::{Ctx, Verification, status};
 use super::views::{self, Section, may};
-use crate::auth::access::Rpc;
+use crate::auth::access::{self, Rpc};
 use crate::service::StateFilter;
+use crate::store::UsageSample;
 use crate::store::records::{SessionRecord, SessionState};
 
 /// A verification older than this is redone when the overview is shown.
@@ -24,7 +27,6 @@ const DAY_SECS: i64 = 86_400;
 
 /// What the charts need of one session.
 struct Row {
-    created: i64,
     expires: i64,
     bytes: u64,
     payloads: u64,
@@ -40,6 +42,9 @@ struct Figures {
     holds: Vec<SessionRecord>,
     rows: Vec<Row>,
     truncated: bool,
+    /// The tenant's daily samples, oldest first; `None` when the caller's
+    /// roles do not see tenant-wide figures.
+    samples: Option<Vec<UsageSample>>,
 }
 
 async fn figures(ctx: &Ctx) -> Result<Figures, tonic::Status> {
@@ -57,7 +62,6 @@ async fn figures(ctx: &Ctx) -> Result<Figures, tonic::Status> {
             f.bytes += s.usage_bytes;
             f.payloads += s.usage_payloads;
             f.rows.push(Row {
-                created: s.created_ms / 1000,
                 expires: super::sessions::expires_ms(&s, &e) / 1000,
                 bytes: s.usage_bytes,
                 payloads: s.usage_payloads,
@@ -75,21 +79,28 @@ async fn figures(ctx: &Ctx) -> Result<Figures, tonic::Status> {
             break;
         }
     }
+    // Asked only of a principal the service would answer (a refusal would
+    // be audited at every look at the page).
+    let tenant_wide = access::Target::Session {
+        relation: access::Relation::Tenant,
+        compliance_can_read: false,
+    };
+    f.samples = if access::decide(p, Rpc::GetSession, tenant_wide) == access::Access::Allowed {
+        Some(service.usage_history(p, DAYS + 1).await.map_err(status)?)
+    } else {
+        None
+    };
     Ok(f)
 }
 
-/// Cumulative (bytes, payloads) of the stored sessions created on or
-/// before each of the last [`DAYS`] days.
-fn history(rows: &[Row], now: i64) -> Vec<(i32, u64, u64)> {
-    (-DAYS..=0)
-        .map(|d| {
-            let end = now + d * DAY_SECS;
-            let (b, p) = rows
-                .iter()
-                .filter(|r| r.created <= end)
-                .fold((0, 0), |(b, p), r| (b + r.bytes, p + r.payloads));
-            (d as i32, b, p)
-        })
+/// (days ago as a negative number, bytes, payloads) of each day of the last
+/// [`DAYS`] that has a sample.
+fn history(samples: &[UsageSample], now: i64) -> Vec<(i32, u64, u64)> {
+    let today = now.div_euclid(DAY_SECS);
+    samples
+        .iter()
+        .filter(|s| (today - DAYS..=today).contains(&s.day))
+        .map(|s| ((s.day - today) as i32, s.bytes, s.payloads))
         .collect()
 }
 
@@ -113,15 +124,7 @@ async fn verification(ctx: &Ctx) -> Result<Option<Verification>, tonic::Status> 
     if !may(&ctx.signed.principal.roles, Rpc::VerifyAudit) {
         return Ok(None);
     }
-    let tenant = ctx.signed.principal.tenant.clone();
-    let last = ctx
-        .app
-        .verified
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(&tenant)
-        .cloned();
-    if let Some(v) = last
+    if let Some(v) = super::audit::last_verification(ctx).await?
         && v.at.elapsed().unwrap_or_default() < VERIFY_STALE
     {
         return Ok(Some(v));
@@ -162,7 +165,7 @@ pub async fn overview(ctx: Ctx) -> Response {
 }
 
 fn storage(f: &Figures, now: i64) -> maud::Markup {
-    let h = history(&f.rows, now);
+    let h = history(f.samples.as_deref().unwrap_or_default(), now);
     let (scale, unit) = unit_for(h.iter().map(|p| p.1).max().unwrap_or(0));
     let scaled: Vec<(i32, f64)> = h.iter().map(|(d, b, _)| (*d, *b as f64 / scale)).collect();
     let counts: Vec<(i32, f64)> = h.iter().map(|(d, _, p)| (*d, *p as f64)).collect();
@@ -179,7 +182,13 @@ fn storage(f: &Figures, now: i64) -> maud::Markup {
             @if f.truncated {
                 (views::notice("info", &format!("Only the first {} sessions are counted (console.overview_max_sessions).", f.rows.len())))
             }
-            p class="help" { "Stored now, by the day its session was created: the last 30 days, cumulative." }
+            @if f.samples.is_none() {
+                p class="help" { "The history is tenant-wide, and your roles see only your own sessions." }
+            } @else if h.len() < 2 {
+                p class="help" { "The history starts when the server first sampled this tenant (hourly, one figure a day); the chart fills in from there." }
+            } @else {
+                p class="help" { "What the tenant stored at the end of each of the last 30 days (today: the latest sample). Deleted sessions stay in the days they were stored." }
+            }
             div class="charts" {
                 figure {
                     @match &bytes_svg { Ok(svg) => { div role="img" aria-label="Line chart of bytes stored over the last 30 days" { (PreEscaped(svg)) } }, Err(e) => { (views::notice("error", &e.to_string())) } }
@@ -287,37 +296,47 @@ fn audit_status(v: Option<&Verification>, csrf: &str) -> maud::Markup {
 mod tests {
     use super::*;
 
-    fn row(created: i64, expires: i64, bytes: u64, payloads: u64) -> Row {
+    fn row(expires: i64, bytes: u64, payloads: u64) -> Row {
         Row {
-            created,
             expires,
             bytes,
             payloads,
         }
     }
 
+    fn sample(day: i64, bytes: u64, payloads: u64) -> UsageSample {
+        UsageSample {
+            day,
+            at_ms: day * DAY_SECS * 1000,
+            bytes,
+            payloads,
+            sessions: 1,
+        }
+    }
+
     #[test]
-    fn history_is_cumulative_by_creation_day() {
-        let now = 100 * DAY_SECS;
-        let rows = [
-            row(now - 10 * DAY_SECS, 0, 10, 1),
-            row(now - 2 * DAY_SECS, 0, 5, 2),
+    fn history_places_each_sample_on_its_day_and_drops_older_ones() {
+        let now = 100 * DAY_SECS + 5;
+        let samples = [
+            sample(40, 7, 7),
+            sample(70, 10, 1),
+            sample(98, 5, 2),
+            sample(100, 15, 3),
         ];
-        let h = history(&rows, now);
-        assert_eq!(h.len(), 31);
-        assert_eq!(h[0], (-30, 0, 0));
-        assert_eq!(h[20], (-10, 10, 1));
-        assert_eq!(h[30], (0, 15, 3));
+        assert_eq!(
+            history(&samples, now),
+            vec![(-30, 10, 1), (-2, 5, 2), (0, 15, 3)]
+        );
     }
 
     #[test]
     fn expiry_windows_include_the_shorter_ones() {
         let now = 0;
         let rows = [
-            row(0, 3600, 1, 1),
-            row(0, 3 * DAY_SECS, 2, 2),
-            row(0, 20 * DAY_SECS, 4, 4),
-            row(0, 90 * DAY_SECS, 8, 8),
+            row(3600, 1, 1),
+            row(3 * DAY_SECS, 2, 2),
+            row(20 * DAY_SECS, 4, 4),
+            row(90 * DAY_SECS, 8, 8),
         ];
         let e = expiring(&rows, now);
         assert_eq!(e[0], ("24 hours", 1, 1, 1));

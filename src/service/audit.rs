@@ -150,6 +150,19 @@ impl Service {
         Ok(v)
     }
 
+    /// The caller's tenant's last VerifyAudit, from its own `audit.verify`
+    /// event in the chain (so it survives restarts and is the same on every
+    /// replica), looking back at most `look_back` events.
+    pub async fn last_verification(
+        &self,
+        p: &Principal,
+        look_back: u64,
+    ) -> ApiResult<Option<AuditEvent>> {
+        self.authorize(p, Rpc::VerifyAudit).await?;
+        let (log, tenant) = (self.audit_log.clone(), p.tenant.clone());
+        blocking(move || log.last_of(&tenant, action::AUDIT_VERIFY, look_back)).await
+    }
+
     /// A deletion receipt, seen as its deleted session's metadata was.
     pub async fn get_receipt(
         &self,

@@ -10,7 +10,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::policy::PolicyOverrides;
 use crate::policy::{self, Policy};
 use crate::store::records::{ReceiptRecord, SessionRecord, SessionState};
-use crate::store::{NewSession, Page};
+use crate::store::{NewSession, Page, UsageSample};
 
 /// Longest label, label key or value, and principal ID accepted.
 const MAX_LABEL: usize = 256;
@@ -264,6 +264,19 @@ impl Service {
             items,
             next_token: page.next_token,
         })
+    }
+
+    /// The caller's tenant's daily usage samples of the last `days` days,
+    /// oldest first (see `store::history`). Tenant-wide figures, so only for
+    /// a principal that may see every session of its tenant.
+    pub async fn usage_history(&self, p: &Principal, days: i64) -> ApiResult<Vec<UsageSample>> {
+        let tenant_wide = access::Target::Session {
+            relation: access::Relation::Tenant,
+            compliance_can_read: false,
+        };
+        self.decide(p, Rpc::GetSession, tenant_wide).await?;
+        let (store, tenant) = (self.store.clone(), p.tenant.clone());
+        blocking(move || store.usage_history(&tenant, days)).await
     }
 
     /// Closes a session (read-only from now on); with `delete_on_close`,

@@ -53,6 +53,9 @@ pub enum Tree {
     /// `deleted_ms(be) receipt_id` → the local copies a deletion purges
     /// (fleet mode): every replica tails it and removes its copies.
     Purges,
+    /// `tenant \0 day(be u64)` → that day's usage sample (see
+    /// `store::history`).
+    UsageHistory,
 }
 
 /// The metadata engine's page cache when the configuration names none:
@@ -62,7 +65,7 @@ pub const DEFAULT_CACHE_BYTES: usize = 64 << 20;
 
 impl Tree {
     /// Every tree, in a fixed order.
-    pub const ALL: [Tree; 16] = [
+    pub const ALL: [Tree; 17] = [
         Tree::Meta,
         Tree::Sessions,
         Tree::TenantSessions,
@@ -79,6 +82,7 @@ impl Tree {
         Tree::Derived,
         Tree::DeletionIntents,
         Tree::Purges,
+        Tree::UsageHistory,
     ];
 
     /// The tree's name inside the engine.
@@ -100,6 +104,7 @@ impl Tree {
             Tree::Derived => "derived.v1",
             Tree::DeletionIntents => "deletion_intents.v1",
             Tree::Purges => "purges.v1",
+            Tree::UsageHistory => "usage_history.v1",
         }
     }
 

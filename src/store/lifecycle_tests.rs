@@ -533,3 +533,49 @@ fn freeing_bytes_forgets_their_cached_inspect_result_and_the_receipt_lists_it() 
         assert!(!cache.holds(&b.sha256));
     });
 }
+
+#[test]
+fn usage_history_keeps_a_deleted_sessions_day_and_survives_a_reopen() {
+    const DAY: Duration = Duration::from_secs(86_400);
+    each_engine(|engine| {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(0);
+        clock.advance(100 * DAY);
+        {
+            let store = open(dir.path(), engine, &clock);
+            let s = session(&store);
+            put(&store, &s.id, b"first day's bytes\n", UploadMeta::default()).unwrap();
+            assert_eq!(store.sample_usage().unwrap(), 1, "{engine:?}");
+            // Not due again within the hour.
+            clock.advance(HOUR / 2);
+            assert_eq!(store.sample_usage().unwrap(), 0, "{engine:?}");
+            store
+                .delete(&Request {
+                    target: Target::Session(s.id.clone()),
+                    requested_by: "alice",
+                    reason: "test",
+                    fence: None,
+                })
+                .unwrap();
+            clock.advance(DAY);
+            assert_eq!(store.sample_usage().unwrap(), 1, "{engine:?}");
+        }
+        let store = open(dir.path(), engine, &clock);
+        let h = store.usage_history("acme", 30).unwrap();
+        assert_eq!(h.len(), 2, "{engine:?}: {h:?}");
+        assert_eq!(
+            (h[0].day, h[0].bytes, h[0].payloads, h[0].sessions),
+            (100, 18, 1, 1)
+        );
+        assert_eq!(
+            (h[1].day, h[1].bytes, h[1].payloads, h[1].sessions),
+            (101, 0, 0, 0)
+        );
+        assert!(store.usage_history("other", 30).unwrap().is_empty());
+        // Past the kept days, the old samples go.
+        clock.advance(HISTORY_DAYS as u32 * DAY);
+        store.sample_usage().unwrap();
+        let h = store.usage_history("acme", HISTORY_DAYS).unwrap();
+        assert_eq!(h.len(), 1, "{engine:?}: {h:?}");
+    });
+}

@@ -28,6 +28,7 @@ mod content;
 mod delete;
 pub mod engine;
 mod expiry;
+mod history;
 mod lines;
 mod names;
 pub mod object_blobs;
@@ -59,6 +60,7 @@ use records::{RecordError, keys};
 
 pub use config::{EngineKind, StoreConfig};
 pub use expiry::{REAPER, ReapStep};
+pub use history::{HISTORY_DAYS, UsageSample};
 pub use lines::{LineIndex, LineIndexBuilder, STRIDE as LINE_INDEX_STRIDE};
 pub use names::base_name;
 pub use object_blobs::{ObjectBlobs, ObjectError, S3Config};
