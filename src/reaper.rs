@@ -25,7 +25,7 @@
 //! always granted.
 //!
 //! The lease holder also samples each tenant's usage for its history
-//! ([`Store::sample_usage`], at most hourly).
+//! ([`Store::sample_usage`]: at its first pass, then at most hourly).
 //!
 //! Time comes from the store's [`crate::clock::Clock`], so tests move a
 //! manual clock forward instead of sleeping through retention periods.
@@ -181,6 +181,7 @@ pub fn spawn(
         let mut cursor: Option<Vec<u8>> = None;
         let mut passes: u32 = 0;
         let mut held: Option<u64> = None;
+        let mut first_pass = true;
         loop {
             if shared.rescan.swap(false, Ordering::SeqCst) {
                 cursor = None;
@@ -191,6 +192,7 @@ pub fn spawn(
                 let batch = config.batch.max(1);
                 let holder = holder.clone();
                 let ttl = config.lease_ttl;
+                let first = std::mem::take(&mut first_pass);
                 tokio::task::spawn_blocking(move || {
                     let Some(lease) = store.reaper_lease(&holder, ttl)? else {
                         return Ok(None);
@@ -198,7 +200,7 @@ pub fn spawn(
                     let now = store.now_ms();
                     let step = store.reap_due(&lease, now, after.as_deref(), batch)?;
                     // The holder also keeps the tenants' usage history.
-                    if let Err(e) = store.sample_usage() {
+                    if let Err(e) = store.sample_usage(first) {
                         tracing::warn!(error = %e, "could not sample the tenants' usage; the next pass retries");
                     }
                     Ok::<_, crate::store::StoreError>(Some((lease.token, step)))

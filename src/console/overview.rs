@@ -205,7 +205,7 @@ fn storage(f: &Figures, now: i64) -> maud::Markup {
                     caption { "Stored bytes and payloads, by days ago" }
                     thead { tr { th scope="col" { "Days ago" } th scope="col" { "Bytes" } th scope="col" { "Payloads" } } }
                     tbody {
-                        @for (d, b, p) in h.iter().rev().step_by(5) {
+                        @for (d, b, p) in h.iter().rev() {
                             tr { td { (-d) } td { (views::bytes(*b)) } td { (p) } }
                         }
                     }

@@ -4,7 +4,8 @@
 //! stored even after the sessions that held it were deleted.
 //!
 //! The reaper calls [`Store::sample_usage`] on each pass; a sample is taken
-//! at most every [`SAMPLE_EVERY`] of store time (the time of the last one
+//! at its first pass after startup, then at most every [`SAMPLE_EVERY`] of
+//! store time (the time of the last one
 //! is kept in [`Tree::Meta`], so restarts and other replicas see it). A
 //! sample overwrites its tenant's row for the day, so a day's row is the
 //! last figure seen that day; past days are never rewritten.
@@ -54,16 +55,17 @@ fn key(tenant: &str, day: i64) -> Vec<u8> {
 }
 
 impl Store {
-    /// Samples every tenant's usage when the last sample is older than
-    /// [`SAMPLE_EVERY`] (or there is none); returns the tenants sampled (0
-    /// when not due). Reads every session record once.
-    pub fn sample_usage(&self) -> Result<usize> {
+    /// Samples every tenant's usage when `force`d (the reaper's first pass
+    /// after startup) or when the last sample is older than
+    /// [`SAMPLE_EVERY`]; returns the tenants sampled (0 when not due).
+    /// Reads every session record once.
+    pub fn sample_usage(&self, force: bool) -> Result<usize> {
         let now = self.now_ms();
         let last = match self.engine.get(Tree::Meta, LAST_SAMPLE)? {
             Some(v) => records::decode::<Millis>(&v)?,
             None => Millis::MIN,
         };
-        if now.saturating_sub(last) < SAMPLE_EVERY {
+        if !force && now.saturating_sub(last) < SAMPLE_EVERY {
             return Ok(0);
         }
         let day = now.div_euclid(DAY_MS);

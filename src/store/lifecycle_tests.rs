@@ -545,10 +545,11 @@ fn usage_history_keeps_a_deleted_sessions_day_and_survives_a_reopen() {
             let store = open(dir.path(), engine, &clock);
             let s = session(&store);
             put(&store, &s.id, b"first day's bytes\n", UploadMeta::default()).unwrap();
-            assert_eq!(store.sample_usage().unwrap(), 1, "{engine:?}");
-            // Not due again within the hour.
+            assert_eq!(store.sample_usage(false).unwrap(), 1, "{engine:?}");
+            // Not due again within the hour, unless forced.
             clock.advance(HOUR / 2);
-            assert_eq!(store.sample_usage().unwrap(), 0, "{engine:?}");
+            assert_eq!(store.sample_usage(false).unwrap(), 0, "{engine:?}");
+            assert_eq!(store.sample_usage(true).unwrap(), 1, "{engine:?}");
             store
                 .delete(&Request {
                     target: Target::Session(s.id.clone()),
@@ -558,7 +559,7 @@ fn usage_history_keeps_a_deleted_sessions_day_and_survives_a_reopen() {
                 })
                 .unwrap();
             clock.advance(DAY);
-            assert_eq!(store.sample_usage().unwrap(), 1, "{engine:?}");
+            assert_eq!(store.sample_usage(false).unwrap(), 1, "{engine:?}");
         }
         let store = open(dir.path(), engine, &clock);
         let h = store.usage_history("acme", 30).unwrap();
@@ -574,7 +575,7 @@ fn usage_history_keeps_a_deleted_sessions_day_and_survives_a_reopen() {
         assert!(store.usage_history("other", 30).unwrap().is_empty());
         // Past the kept days, the old samples go.
         clock.advance(HISTORY_DAYS as u32 * DAY);
-        store.sample_usage().unwrap();
+        store.sample_usage(false).unwrap();
         let h = store.usage_history("acme", HISTORY_DAYS).unwrap();
         assert_eq!(h.len(), 1, "{engine:?}: {h:?}");
     });

@@ -46,24 +46,34 @@ export async function startServer(consoleKeys = {}) {
   const config = `listen = "127.0.0.1:${grpcPort}"\ndata_dir = ${JSON.stringify(path.join(dir, 'data'))}\n\n[console]\nlisten = "127.0.0.1:${webPort}"\n${extra}\n${tokens}`;
   writeFileSync(path.join(dir, 'spillway.toml'), config);
   const log = [];
-  const child = spawn(BIN, ['serve', '--config', path.join(dir, 'spillway.toml')], {
-    // Only this config: no SPILLWAY_* variable of the caller's leaks in.
-    env: { ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('SPILLWAY_'))), RUST_LOG: 'warn' },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  child.stdout.on('data', (d) => log.push(String(d)));
-  child.stderr.on('data', (d) => log.push(String(d)));
   const base = `http://127.0.0.1:${webPort}`;
-  const deadline = Date.now() + 60_000;
-  for (;;) {
-    if (child.exitCode !== null) throw new Error(`spillway serve exited with ${child.exitCode}:\n${log.join('')}`);
-    try {
-      const r = await fetch(`${base}/signin`);
-      if (r.status === 200) break;
-    } catch { /* not listening yet */ }
-    if (Date.now() > deadline) throw new Error(`the console did not answer within 60 s:\n${log.join('')}`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
+  let child;
+  // Starts the server over the same config and data directory, and waits
+  // for its console.
+  const up = async () => {
+    child = spawn(BIN, ['serve', '--config', path.join(dir, 'spillway.toml')], {
+      // Only this config: no SPILLWAY_* variable of the caller's leaks in.
+      env: { ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('SPILLWAY_'))), RUST_LOG: 'warn' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    child.stdout.on('data', (d) => log.push(String(d)));
+    child.stderr.on('data', (d) => log.push(String(d)));
+    const deadline = Date.now() + 60_000;
+    for (;;) {
+      if (child.exitCode !== null) throw new Error(`spillway serve exited with ${child.exitCode}:\n${log.join('')}`);
+      try {
+        const r = await fetch(`${base}/signin`);
+        if (r.status === 200) break;
+      } catch { /* not listening yet */ }
+      if (Date.now() > deadline) throw new Error(`the console did not answer within 60 s:\n${log.join('')}`);
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  };
+  const down = async () => {
+    child.kill('SIGTERM');
+    await new Promise((r) => (child.exitCode !== null ? r() : child.once('exit', r)));
+  };
+  await up();
   return {
     base,
     grpc: `127.0.0.1:${grpcPort}`,
@@ -75,9 +85,13 @@ export async function startServer(consoleKeys = {}) {
       return JSON.parse(out);
     },
     async stop() {
-      child.kill('SIGTERM');
-      await new Promise((r) => (child.exitCode !== null ? r() : child.once('exit', r)));
+      await down();
       rmSync(dir, { recursive: true, force: true });
+    },
+    /// Stops the server (SIGTERM) and starts it again on the same data.
+    async restart() {
+      await down();
+      await up();
     },
     file(name, text) {
       mkdirSync(path.join(dir, 'files'), { recursive: true });
