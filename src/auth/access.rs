@@ -425,6 +425,19 @@ pub fn can_see(principal: &Principal, session: SessionOwnership<'_>) -> bool {
     decide(principal, Rpc::GetSession, target) == Access::Allowed
 }
 
+/// The target of a tenant-wide view (usage totals): a session of the
+/// caller's tenant that it neither owns nor was shared. Whoever may see
+/// such a session sees every session of the tenant.
+pub const TENANT_WIDE: Target = Target::Session {
+    relation: Relation::Tenant,
+    compliance_can_read: false,
+};
+
+/// True when the principal sees every session of its tenant.
+pub fn sees_whole_tenant(principal: &Principal) -> bool {
+    decide(principal, Rpc::GetSession, TENANT_WIDE) == Access::Allowed
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

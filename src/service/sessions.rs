@@ -270,11 +270,7 @@ impl Service {
     /// oldest first (see `store::history`). Tenant-wide figures, so only for
     /// a principal that may see every session of its tenant.
     pub async fn usage_history(&self, p: &Principal, days: i64) -> ApiResult<Vec<UsageSample>> {
-        let tenant_wide = access::Target::Session {
-            relation: access::Relation::Tenant,
-            compliance_can_read: false,
-        };
-        self.decide(p, Rpc::GetSession, tenant_wide).await?;
+        self.decide(p, Rpc::GetSession, access::TENANT_WIDE).await?;
         let (store, tenant) = (self.store.clone(), p.tenant.clone());
         blocking(move || store.usage_history(&tenant, days)).await
     }
