@@ -155,14 +155,22 @@ async def main():
         rows.append(("50 MB result (proxy stores it, client gets a notice)", f"{tp:.2f} s", f"{td:.2f} s", f"{tp / td:.2f}x", ""))
 
         # 3. Peak RSS of the proxy for a 200 MB result.
+        # Our children named spillway are the server and the proxy; the
+        # server's own figure is reported beside the proxy's, not mixed in.
         async with connect(via_proxy(server, FAKE)) as p:
-            pids = children_named("spillway")
+            pids = [x for x in children_named("spillway") if x != server.proc.pid]
+            assert len(pids) == 1, f"expected one proxy process, found {pids}"
+            proxy = pids[0]
             await p.call_tool("small", {})
-            base = max(hwm_kib(x) for x in pids)
+            base = hwm_kib(proxy)
+            server_base = hwm_kib(server.proc.pid)
             r = await p.call_tool("huge", {"mb": 200})
             assert r.structured_content["spillway"]["offloaded"]
-            peak = max(hwm_kib(x) for x in pids)
-        rows.append(("proxy peak RSS (VmHWM), 200 MB result", f"{peak / 1024:.0f} MiB", "", f"{peak / 1024 / 200:.2f}x the result (idle {base / 1024:.0f} MiB)", "bounded"))
+            peak = hwm_kib(proxy)
+            server_peak = hwm_kib(server.proc.pid)
+        rows.append(("proxy peak RSS (VmHWM), 200 MB result", f"{peak / 1024:.0f} MiB", "",
+                     f"{peak / 1024 / 200:.2f}x the result (idle {base / 1024:.0f} MiB; "
+                     f"the server's peak {server_peak / 1024:.0f} MiB, {server_base / 1024:.0f} MiB before)", "bounded"))
 
         # 4. Tokens reaching the client, filesystem scenario.
         with tempfile.TemporaryDirectory() as tmp:
