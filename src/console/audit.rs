@@ -257,12 +257,12 @@ fn events_table(events: &[AuditEvent]) -> Markup {
                 @for e in events {
                     tr class=(format!("outcome-{}", e.outcome)) {
                         td class="num" { (e.seq) }
-                        td { (e.time) }
+                        td class="nowrap" { (e.time) }
                         td { (e.principal) }
-                        td { code { (e.action) } }
+                        td class="nowrap" { code { (e.action) } }
                         td { @if !e.session_id.is_empty() { a href=(format!("/sessions/{}", e.session_id)) { code { (e.session_id) } } } }
                         td { @if !e.payload_id.is_empty() { code { (e.payload_id) } } }
-                        td { (e.outcome) }
+                        td class="nowrap" { (e.outcome) }
                         td { (views::cut(&e.detail, 300)) }
                     }
                 }

@@ -23,7 +23,8 @@ pub fn daily_line(points: &[(i32, f64)], unit: &str, second: bool) -> Result<Str
     {
         let root = SVGBackend::with_string(&mut svg, (560, 240)).into_drawing_area();
         root.fill(&WHITE).map_err(err)?;
-        let first = points.first().map_or(-30, |p| p.0);
+        // Always the whole window, so a short history sits at its right end.
+        let first = points.first().map_or(-30, |p| p.0.min(-30));
         let top = points.iter().map(|p| p.1).fold(0.0_f64, f64::max);
         let top = if top <= 0.0 { 1.0 } else { top * 1.15 };
         let mut chart = ChartBuilder::on(&root)
@@ -48,6 +49,10 @@ pub fn daily_line(points: &[(i32, f64)], unit: &str, second: bool) -> Result<Str
                 points.iter().copied(),
                 colour.stroke_width(2),
             ))
+            .map_err(err)?;
+        // A marker on each day, so that one day alone still shows.
+        chart
+            .draw_series(points.iter().map(|p| Circle::new(*p, 3, colour.filled())))
             .map_err(err)?;
         root.present().map_err(err)?;
     }

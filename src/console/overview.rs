@@ -90,14 +90,20 @@ async fn figures(ctx: &Ctx) -> Result<Figures, tonic::Status> {
 }
 
 /// (days ago as a negative number, bytes, payloads) of each day of the last
-/// [`DAYS`] that has a sample.
-fn history(samples: &[UsageSample], now: i64) -> Vec<(i32, u64, u64)> {
+/// [`DAYS`] that has a sample; with `live` (the figures counted just now),
+/// today's point is those figures rather than the last hourly sample.
+fn history(samples: &[UsageSample], now: i64, live: Option<(u64, u64)>) -> Vec<(i32, u64, u64)> {
     let today = now.div_euclid(DAY_SECS);
-    samples
+    let mut h: Vec<(i32, u64, u64)> = samples
         .iter()
         .filter(|s| (today - DAYS..=today).contains(&s.day))
+        .filter(|s| live.is_none() || s.day != today)
         .map(|s| ((s.day - today) as i32, s.bytes, s.payloads))
-        .collect()
+        .collect();
+    if let Some((bytes, payloads)) = live {
+        h.push((0, bytes, payloads));
+    }
+    h
 }
 
 /// (caption, sessions, payloads, bytes) expiring within each window.
@@ -161,7 +167,10 @@ pub async fn overview(ctx: Ctx) -> Response {
 }
 
 fn storage(f: &Figures, now: i64) -> maud::Markup {
-    let h = history(f.samples.as_deref().unwrap_or_default(), now);
+    // Today's point is what was just counted, when that count is the
+    // whole tenant's (the caller sees it all, and no session was left out).
+    let live = (f.samples.is_some() && !f.truncated).then_some((f.bytes, f.payloads));
+    let h = history(f.samples.as_deref().unwrap_or_default(), now, live);
     let (scale, unit) = unit_for(h.iter().map(|p| p.1).max().unwrap_or(0));
     let scaled: Vec<(i32, f64)> = h.iter().map(|(d, b, _)| (*d, *b as f64 / scale)).collect();
     let counts: Vec<(i32, f64)> = h.iter().map(|(d, _, p)| (*d, *p as f64)).collect();
@@ -181,9 +190,9 @@ fn storage(f: &Figures, now: i64) -> maud::Markup {
             @if f.samples.is_none() {
                 p class="help" { "The history is tenant-wide, and your roles see only your own sessions." }
             } @else if h.len() < 2 {
-                p class="help" { "The history starts when the server first sampled this tenant (hourly, one figure a day); the chart fills in from there." }
+                p class="help" { "The history starts when the server first sampled this tenant (hourly, one figure a day); until then the chart shows today's figures only." }
             } @else {
-                p class="help" { "What the tenant stored at the end of each of the last 30 days (today: the latest sample). Deleted sessions stay in the days they were stored." }
+                p class="help" { "What the tenant stored at the end of each of the last 30 days (today: counted just now). Deleted sessions stay in the days they were stored." }
             }
             div class="charts" {
                 figure {
@@ -320,9 +329,20 @@ mod tests {
             sample(100, 15, 3),
         ];
         assert_eq!(
-            history(&samples, now),
+            history(&samples, now, None),
             vec![(-30, 10, 1), (-2, 5, 2), (0, 15, 3)]
         );
+    }
+
+    #[test]
+    fn todays_point_is_the_live_count_when_there_is_one() {
+        let now = 100 * DAY_SECS + 5;
+        let samples = [sample(98, 5, 2), sample(100, 15, 3)];
+        assert_eq!(
+            history(&samples, now, Some((20, 4))),
+            vec![(-2, 5, 2), (0, 20, 4)]
+        );
+        assert_eq!(history(&[], now, Some((20, 4))), vec![(0, 20, 4)]);
     }
 
     #[test]

@@ -196,8 +196,8 @@ pub fn list_body(
                             td { (views::cut(&s.label, 80)) }
                             td { (s.owner) }
                             td { (state_name(s.state)) }
-                            td { (views::time(s.created_ms)) }
-                            td { (views::time(expires_ms(s, e))) }
+                            td class="nowrap" { (views::time(s.created_ms)) }
+                            td class="nowrap" { (views::time(expires_ms(s, e))) }
                             td class="num" { (s.usage_payloads) }
                             td class="num" { (views::bytes(s.usage_bytes)) }
                             td { @if s.legal_hold { span class="badge" { "held" } } }
@@ -367,7 +367,7 @@ fn session_body(
                                 td { (views::cut(&p.content_type, 60)) }
                                 td { (views::cut(&p.tool_name, 60)) }
                                 td { code class="hash" { (p.sha256.get(..16).unwrap_or(&p.sha256)) "…" } }
-                                td { (views::time(p.expires_ms)) }
+                                td class="nowrap" { (views::time(p.expires_ms)) }
                             }
                         }
                     }
