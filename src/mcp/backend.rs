@@ -7,6 +7,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
+use super::spool::{Piece, stream_pieces};
 use crate::client::{Bearer, ClientSettings, connect};
 use crate::proto::{
     self, code_mode_client::CodeModeClient, context_client::ContextClient,
@@ -156,38 +157,56 @@ impl Backend {
 
     /// Streams `data` into a payload, chunk by chunk, without copying it
     /// whole again.
+    ///
+    /// The body is streamed in [`UPLOAD_CHUNK`]s as it is read, on a blocking
+    /// thread (pieces may be files). When a file cannot be read, the call is
+    /// cancelled before its stream ends, so nothing cut short is stored.
     pub async fn upload(
         &self,
         header: proto::UploadHeader,
-        data: bytes::Bytes,
+        body: Vec<Piece>,
     ) -> Result<proto::Payload, tonic::Status> {
         let (tx, rx) = mpsc::channel(4);
-        let feeder = tokio::spawn(async move {
+        let feeder = tokio::task::spawn_blocking(move || {
             let first = proto::UploadChunk {
                 chunk: Some(proto::upload_chunk::Chunk::Header(header)),
             };
-            if tx.send(first).await.is_err() {
-                return;
+            if tx.blocking_send(first).is_err() {
+                return (Ok(()), tx);
             }
-            let mut at = 0;
-            while at < data.len() {
-                let end = (at + UPLOAD_CHUNK).min(data.len());
-                let chunk = proto::UploadChunk {
-                    chunk: Some(proto::upload_chunk::Chunk::Data(data.slice(at..end))),
-                };
-                if tx.send(chunk).await.is_err() {
-                    return;
-                }
-                at = end;
-            }
+            let read = stream_pieces(body, UPLOAD_CHUNK, |b| {
+                tx.blocking_send(proto::UploadChunk {
+                    chunk: Some(proto::upload_chunk::Chunk::Data(b)),
+                })
+                .is_ok()
+            });
+            // The sender goes back with the outcome: the stream must not end
+            // (which would complete the upload) before a failure cancels it.
+            (read, tx)
         });
-        let result = self
-            .payloads
-            .clone()
-            .upload(ReceiverStream::new(rx))
-            .await
-            .map(tonic::Response::into_inner);
-        feeder.abort();
-        result
+        let mut client = self.payloads.clone();
+        let mut call = Box::pin(client.upload(ReceiverStream::new(rx)));
+        tokio::select! {
+            r = &mut call => r.map(tonic::Response::into_inner),
+            fed = feeder => match fed {
+                Ok((Ok(()), tx)) => {
+                    drop(tx);
+                    call.await.map(tonic::Response::into_inner)
+                }
+                Ok((Err(e), tx)) => {
+                    drop(call);
+                    drop(tx);
+                    Err(tonic::Status::aborted(format!(
+                        "the proxy could not read back the result it kept on its disk ({e}); nothing was stored"
+                    )))
+                }
+                Err(e) => {
+                    drop(call);
+                    Err(tonic::Status::aborted(format!(
+                        "the proxy's upload feeder failed ({e}); nothing was stored"
+                    )))
+                }
+            },
+        }
     }
 }

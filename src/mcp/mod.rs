@@ -26,6 +26,7 @@ pub mod resources;
 pub mod run;
 pub mod server;
 pub mod session;
+pub mod spool;
 pub mod tools;
 pub mod upstream;
 

@@ -37,6 +37,7 @@ use tokio::sync::oneshot;
 
 use super::backend::Backend;
 use super::session::SessionSlot;
+use super::spool::{Piece, Spooled, Spools};
 use super::tools::payload_uri;
 use crate::offload::notice::{Dialect, NoticeFacts, Shape, Why, render_in};
 use crate::proto;
@@ -87,6 +88,9 @@ pub struct Offloader {
     settings: OffloadSettings,
     state: Mutex<BatchState>,
     turn: std::sync::atomic::AtomicU32,
+    /// The files the upstream's frame guard kept this connection's bulk
+    /// values in.
+    spools: Spools,
 }
 
 /// A call in flight; dropping it unfinished (an error, a cancellation) lets
@@ -136,9 +140,17 @@ impl PartKind {
     }
 }
 
+/// A part small enough for the Offload RPC.
 struct Part {
     kind: PartKind,
     bytes: Bytes,
+    content_type: String,
+}
+
+/// A part streamed into Upload, from memory or from the frame guard's files.
+struct BigPart {
+    kind: PartKind,
+    pieces: Vec<Piece>,
     content_type: String,
 }
 
@@ -155,6 +167,7 @@ impl Offloader {
         backend: Backend,
         session: Arc<SessionSlot>,
         settings: OffloadSettings,
+        spools: Spools,
     ) -> Arc<Self> {
         Arc::new(Self {
             backend,
@@ -162,6 +175,7 @@ impl Offloader {
             settings,
             state: Mutex::new(BatchState::default()),
             turn: std::sync::atomic::AtomicU32::new(0),
+            spools,
         })
     }
 
@@ -187,7 +201,10 @@ impl Offloader {
         has_output_schema: bool,
     ) -> CallToolResult {
         let is_error = result.is_error.unwrap_or(false);
-        let (small, big) = split(&mut result);
+        let (small, big) = match split(&mut result, &self.spools) {
+            Ok(parts) => parts,
+            Err(msg) => return store_failed(tool, &msg),
+        };
         let small_kinds: Vec<PartKind> = small.iter().map(|p| p.kind).collect();
         let requests: Vec<proto::ToolResult> = small
             .into_iter()
@@ -339,7 +356,7 @@ impl Offloader {
         tool: &str,
         call_id: &str,
         is_error: bool,
-        p: Part,
+        p: BigPart,
     ) -> Result<Stored, String> {
         let session = self
             .session
@@ -356,7 +373,7 @@ impl Offloader {
         };
         let payload = self
             .backend
-            .upload(header, p.bytes)
+            .upload(header, p.pieces)
             .await
             .map_err(|s| format!("Upload was refused ({:?}): {}", s.code(), s.message()))?;
         let notice = self.big_notice(tool, call_id, is_error, &payload).await;
@@ -434,34 +451,66 @@ Nothing of it was kept. Free space or raise the quota (spillway_list shows what 
 
 /// Splits a result into parts: those that may go to the Offload RPC, and
 /// those too large for it (whose bytes are taken out of `result`).
-fn split(result: &mut CallToolResult) -> (Vec<Part>, Vec<Part>) {
+fn split(
+    result: &mut CallToolResult,
+    spools: &Spools,
+) -> Result<(Vec<Part>, Vec<BigPart>), String> {
     let mut small = Vec::new();
     let mut big = Vec::new();
+    let mut failed = None;
+    let mut kept = |k: Result<Spooled, String>| match k {
+        Ok(s) => Some(s),
+        Err(e) => {
+            failed.get_or_insert(format!(
+                "the proxy could not keep the result on its disk while it passed ({e})"
+            ));
+            None
+        }
+    };
     let b64 = base64::engine::general_purpose::STANDARD;
-    let text_len: usize = result
-        .content
-        .iter()
-        .filter_map(|c| c.as_text().map(|t| t.text.len()))
-        .sum();
-    let text_blocks = result
-        .content
-        .iter()
-        .filter(|c| c.as_text().is_some())
-        .count();
-    if text_blocks > 0 {
-        if text_len > UPLOAD_ABOVE {
-            let mut joined = String::with_capacity(text_len + text_blocks);
-            for c in &mut result.content {
-                if let ContentBlock::Text(t) = c {
-                    if !joined.is_empty() {
-                        joined.push('\n');
+    // Text blocks that the frame guard kept on disk, by index.
+    let mut spooled = std::collections::HashMap::new();
+    let mut text_len = 0u64;
+    let mut text_blocks = 0;
+    for (i, c) in result.content.iter().enumerate() {
+        if let ContentBlock::Text(t) = c {
+            text_blocks += 1;
+            match spools.take(&t.text) {
+                Some(k) => {
+                    if let Some(s) = kept(k) {
+                        text_len += s.len();
+                        spooled.insert(i, s);
                     }
-                    joined.push_str(&std::mem::take(&mut t.text));
+                }
+                None => text_len += t.text.len() as u64,
+            }
+        }
+    }
+    if text_blocks > 0 {
+        if !spooled.is_empty() || text_len > UPLOAD_ABOVE as u64 {
+            // Every text block, joined by newlines, without a copy: each is
+            // moved out of the result or read from its file.
+            let mut pieces = Vec::new();
+            for (i, c) in result.content.iter_mut().enumerate() {
+                if let ContentBlock::Text(t) = c {
+                    if !pieces.is_empty() {
+                        pieces.push(Piece::Bytes(Bytes::from_static(b"\n")));
+                    }
+                    pieces.push(match spooled.remove(&i) {
+                        Some(s) => {
+                            t.text.clear();
+                            Piece::File {
+                                spooled: s,
+                                base64: false,
+                            }
+                        }
+                        None => Piece::Bytes(Bytes::from(std::mem::take(&mut t.text))),
+                    });
                 }
             }
-            big.push(Part {
+            big.push(BigPart {
                 kind: PartKind::Text,
-                bytes: Bytes::from(joined),
+                pieces,
                 content_type: String::new(),
             });
         } else {
@@ -478,17 +527,35 @@ fn split(result: &mut CallToolResult) -> (Vec<Part>, Vec<Part>) {
         }
     }
     if let Some(sc) = &result.structured_content {
-        let bytes = serde_json::to_vec(sc).unwrap_or_default();
-        let part = Part {
-            kind: PartKind::Structured,
-            bytes: Bytes::from(bytes),
-            content_type: "application/json".into(),
-        };
-        if part.bytes.len() > UPLOAD_ABOVE {
+        let json = "application/json".to_owned();
+        if let Some(k) = sc.as_str().and_then(|s| spools.take(s)) {
             result.structured_content = None;
-            big.push(part);
+            if let Some(s) = kept(k) {
+                big.push(BigPart {
+                    kind: PartKind::Structured,
+                    pieces: vec![Piece::File {
+                        spooled: s,
+                        base64: false,
+                    }],
+                    content_type: json,
+                });
+            }
         } else {
-            small.push(part);
+            let bytes = Bytes::from(serde_json::to_vec(sc).unwrap_or_default());
+            if bytes.len() > UPLOAD_ABOVE {
+                result.structured_content = None;
+                big.push(BigPart {
+                    kind: PartKind::Structured,
+                    pieces: vec![Piece::Bytes(bytes)],
+                    content_type: json,
+                });
+            } else {
+                small.push(Part {
+                    kind: PartKind::Structured,
+                    bytes,
+                    content_type: json,
+                });
+            }
         }
     }
     for (i, c) in result.content.iter_mut().enumerate() {
@@ -514,6 +581,20 @@ fn split(result: &mut CallToolResult) -> (Vec<Part>, Vec<Part>) {
             },
             _ => continue,
         };
+        if let Some(k) = spools.take(data) {
+            data.clear();
+            if let Some(s) = kept(k) {
+                big.push(BigPart {
+                    kind: PartKind::Block(i),
+                    pieces: vec![Piece::File {
+                        spooled: s,
+                        base64: is_b64,
+                    }],
+                    content_type: mime,
+                });
+            }
+            continue;
+        }
         let bytes = if is_b64 {
             match b64.decode(data.as_bytes()) {
                 Ok(b) => Bytes::from(b),
@@ -523,20 +604,26 @@ fn split(result: &mut CallToolResult) -> (Vec<Part>, Vec<Part>) {
         } else {
             Bytes::from(data.clone())
         };
-        let part = Part {
-            kind: PartKind::Block(i),
-            bytes,
-            content_type: mime,
-        };
-        if part.bytes.len() > UPLOAD_ABOVE {
+        if bytes.len() > UPLOAD_ABOVE {
             data.clear();
             data.shrink_to_fit();
-            big.push(part);
+            big.push(BigPart {
+                kind: PartKind::Block(i),
+                pieces: vec![Piece::Bytes(bytes)],
+                content_type: mime,
+            });
         } else {
-            small.push(part);
+            small.push(Part {
+                kind: PartKind::Block(i),
+                bytes,
+                content_type: mime,
+            });
         }
     }
-    (small, big)
+    match failed {
+        Some(msg) => Err(msg),
+        None => Ok((small, big)),
+    }
 }
 
 fn link(p: &proto::Payload) -> ContentBlock {

@@ -17,6 +17,7 @@ use super::offload::{OffloadSettings, Offloader};
 use super::proxy::{Proxy, ProxyTimeouts, check_tools};
 use super::server::SpillwayServer;
 use super::session::SessionSlot;
+use super::spool::Spools;
 use super::upstream::{Relay, Upstream, UpstreamSpec};
 use crate::client::{ClientSettings, TlsFiles};
 
@@ -225,7 +226,13 @@ async fn proxy(backend: Backend, a: &ProxyArgs) -> anyhow::Result<()> {
         aggregate_tokens: a.aggregate_tokens,
         batch_wait: Duration::from_millis(a.batch_wait_ms),
     };
-    let first = Arc::new(Upstream::new(spec.clone(), cap, Relay::default()));
+    let spools = Spools::default();
+    let first = Arc::new(Upstream::new(
+        spec.clone(),
+        cap,
+        Relay::default(),
+        spools.clone(),
+    ));
     let with_schema = check_tools(&first).await?;
     let info = first.info().await?;
     let session = a.common.session.clone();
@@ -234,8 +241,15 @@ async fn proxy(backend: Backend, a: &ProxyArgs) -> anyhow::Result<()> {
         let listen = listen.clone();
         return serve_http(&listen, move || {
             let slot = Arc::new(SessionSlot::new(backend.clone(), session.clone()));
-            let off = Offloader::new(backend.clone(), slot.clone(), settings.clone());
-            let upstream = Arc::new(Upstream::new(spec.clone(), cap, Relay::default()));
+            // Each connection has its own upstream, and its spools with it.
+            let spools = Spools::default();
+            let off = Offloader::new(
+                backend.clone(),
+                slot.clone(),
+                settings.clone(),
+                spools.clone(),
+            );
+            let upstream = Arc::new(Upstream::new(spec.clone(), cap, Relay::default(), spools));
             Ok(Proxy::new(
                 backend.clone(),
                 slot,
@@ -249,7 +263,7 @@ async fn proxy(backend: Backend, a: &ProxyArgs) -> anyhow::Result<()> {
         .await;
     }
     let slot = Arc::new(SessionSlot::new(backend.clone(), session));
-    let off = Offloader::new(backend.clone(), slot.clone(), settings);
+    let off = Offloader::new(backend.clone(), slot.clone(), settings, spools);
     let proxy = Proxy::new(
         backend,
         slot.clone(),

@@ -31,6 +31,8 @@ use rmcp::service::{NotificationContext, RequestContext, RunningService, Subscri
 use rmcp::{ClientHandler, ErrorData, Peer, RoleClient, RoleServer, ServiceExt};
 use tokio::io::{AsyncRead, ReadBuf};
 
+use super::spool::{Spiller, Spools};
+
 /// Longest the proxy waits for its client to answer a ping the upstream
 /// sent, and for the upstream's tools/list after a list-changed notification.
 const RELAY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -132,11 +134,13 @@ pub struct FrameGuard<R> {
     out_at: usize,
     buf: Box<[u8]>,
     stats: Arc<GuardStats>,
+    /// Rewrites a streamed line's bulk values into files.
+    spiller: Spiller,
 }
 
 impl<R> FrameGuard<R> {
     /// Guards `inner` with a cap of `cap` bytes per message.
-    pub fn new(inner: R, cap: usize, stats: Arc<GuardStats>) -> Self {
+    pub fn new(inner: R, cap: usize, stats: Arc<GuardStats>, spools: Spools) -> Self {
         Self {
             inner,
             cap,
@@ -150,6 +154,7 @@ impl<R> FrameGuard<R> {
             out_at: 0,
             buf: vec![0u8; 64 * 1024].into_boxed_slice(),
             stats,
+            spiller: Spiller::new(spools),
         }
     }
 
@@ -182,16 +187,18 @@ impl<R> FrameGuard<R> {
             // error for its id.
             self.skipping = true;
             self.line.clear();
+            self.spiller.abandon();
             return;
         }
         if self.streaming {
-            self.out.extend_from_slice(seg);
+            self.spiller.feed(seg, &mut self.out);
             return;
         }
         self.line.extend_from_slice(seg);
         if self.line.len() > CHECKED_LINE {
             self.streaming = true;
-            self.out.append(&mut self.line);
+            let line = std::mem::take(&mut self.line);
+            self.spiller.feed(&line, &mut self.out);
         }
     }
 
@@ -232,6 +239,7 @@ impl<R> FrameGuard<R> {
             self.line = line;
             self.line.clear();
         }
+        self.spiller.end();
         self.streaming = false;
         self.skipping = false;
         self.line_len = 0;
@@ -642,11 +650,15 @@ pub struct Upstream {
     /// Frame guard counters of the current child.
     pub stats: RwLock<Arc<GuardStats>>,
     starts: AtomicU64,
+    /// Where a child's oversized result values wait for the offloader.
+    spools: Spools,
 }
 
 impl Upstream {
     /// An upstream that is not started yet.
-    pub fn new(spec: UpstreamSpec, cap: usize, relay: Relay) -> Self {
+    /// `spools` receives a child's oversized result values (see
+    /// [`super::spool`]); give the connection's offloader the same.
+    pub fn new(spec: UpstreamSpec, cap: usize, relay: Relay, spools: Spools) -> Self {
         Self {
             spec,
             cap,
@@ -654,6 +666,7 @@ impl Upstream {
             running: tokio::sync::Mutex::new(None),
             stats: RwLock::new(Arc::new(GuardStats::default())),
             starts: AtomicU64::new(0),
+            spools,
         }
     }
 
@@ -759,7 +772,7 @@ impl Upstream {
                 if let Ok(mut s) = self.stats.write() {
                     *s = stats.clone();
                 }
-                let reader = FrameGuard::new(stdout, self.cap, stats);
+                let reader = FrameGuard::new(stdout, self.cap, stats, self.spools.clone());
                 let transport = rmcp::transport::async_rw::AsyncRwTransport::new(reader, stdin)
                     .with_max_line_length(self.cap.saturating_add(EDGE * 4));
                 let service = tokio::time::timeout(
@@ -816,7 +829,12 @@ mod tests {
     use tokio::io::AsyncReadExt;
 
     async fn through(input: &[u8], cap: usize) -> String {
-        let mut g = FrameGuard::new(input, cap, Arc::new(GuardStats::default()));
+        let mut g = FrameGuard::new(
+            input,
+            cap,
+            Arc::new(GuardStats::default()),
+            Spools::default(),
+        );
         let mut out = String::new();
         g.read_to_string(&mut out).await.unwrap();
         out

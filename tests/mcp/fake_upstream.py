@@ -16,6 +16,7 @@ TOOLS = [
     {"name": "garbage", "description": "answers with a frame that is not JSON", "inputSchema": {"type": "object"}},
     {"name": "crash", "description": "exits mid-call", "inputSchema": {"type": "object"}},
     {"name": "hang", "description": "never answers", "inputSchema": {"type": "object"}},
+    {"name": "bulk", "description": "a large text, a 3 MiB image and large structuredContent", "inputSchema": {"type": "object", "properties": {"mb": {"type": "integer"}}}},
     {"name": "huge", "description": "a result of SIZE_MB megabytes", "inputSchema": {"type": "object", "properties": {"mb": {"type": "integer"}}}},
     {
         "name": "rows",
@@ -107,6 +108,16 @@ for raw in sys.stdin.buffer:
             time.sleep(int(args.get("delay_ms", 0)) / 1000)
             text = "\n".join(f"{tag} line {i} alpha beta gamma" for i in range(n))
             result(id_, {"content": [{"type": "text", "text": text}]})
+        elif name == "bulk":
+            import base64
+            import bulk
+            result(id_, {
+                "content": [
+                    {"type": "text", "text": bulk.text(int(args.get("mb", 64)))},
+                    {"type": "image", "data": base64.b64encode(bulk.picture()).decode(), "mimeType": "image/png"},
+                ],
+                "structuredContent": bulk.rows(),
+            })
         elif name == "picture":
             import base64
             data = bytes(range(256)) * 800  # 200 KiB of binary

@@ -158,3 +158,61 @@ async def test_two_proxies_started_at_once_share_one_embedded_server(tmp_path):
         for pid in {int(p) for p in ps.stdout.split()} | set(pids):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
+
+
+def _proxy_pids(server):
+    """This test process's `spillway` children other than the server."""
+    me, pids = os.getpid(), []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = open(f"/proc/{d}/stat").read()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1: stat.rindex(")")]
+        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        if ppid == me and comm == "spillway" and int(d) != server.proc.pid:
+            pids.append(int(d))
+    return pids
+
+
+def _hwm_mib(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+async def test_a_large_result_passes_in_bounded_memory_and_every_part_is_stored_whole(server):
+    import hashlib
+
+    import bulk
+
+    mb = 96
+    async with proxy(server, fake_upstream()) as c:
+        (pid,) = _proxy_pids(server)
+        await c.call_tool("small", {})
+        before = _hwm_mib(pid)
+        r = await c.call_tool("bulk", {"mb": mb})
+        peak = _hwm_mib(pid)
+        assert not r.is_error, text_of(r)
+        ids = handles(r)
+        assert len(ids) == 3, r.structured_content  # text, structuredContent, image
+        # The proxy never held the result: not even one copy of the text.
+        assert peak - before < mb / 2, f"proxy VmHWM {before:.0f} -> {peak:.0f} MiB for a {mb} MB result"
+        want_text = bulk.text(mb).encode()
+        want_rows = bulk.rows()
+        want_picture = bulk.picture()
+        parts = {h["part"]: server.cli("stat", h["payload_id"]) for h in r.structured_content["spillway"]["offloaded"]}
+        assert set(parts) == {"text", "structuredContent", "content[1]"}, parts.keys()
+        stat = parts["text"]
+        assert int(stat["sizeBytes"]) == len(want_text)
+        assert stat["sha256"] == hashlib.sha256(want_text).hexdigest()
+        png = parts["content[1]"]
+        assert png["contentType"] == "image/png"
+        assert int(png["sizeBytes"]) == len(want_picture), "the image is stored decoded"
+        assert png["sha256"] == hashlib.sha256(want_picture).hexdigest()
+        ex = await c.call_tool("spillway_exec", {"runtime": "jq", "script": "(.rows | length), .rows[-1].note", "payload_ids": [parts["structuredContent"]["id"]]})
+        assert not ex.is_error and ex.structured_content.get("status") in (None, "ok", "OK", "EXEC_STATUS_OK"), ex
+        assert ex.structured_content["stdout"].split("\n")[:2] == [str(len(want_rows["rows"])), json.dumps("x\"}]")]
