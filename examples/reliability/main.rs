@@ -1,5 +1,5 @@
 //! The reliability suite: runs the real `spillway` binary on loopback
-//! through seven scenarios and reports a table, each scenario PASS, FAIL or
+//! through eight scenarios and reports a table, each scenario PASS, FAIL or
 //! SKIPPED with its figures.
 //!
 //! ```text
@@ -13,7 +13,8 @@
 //!
 //! Scenarios: `load`, `hostile`, `crash`, `disk-full`, `slow-clients`,
 //! `protocol-abuse`, `tenants` (one tenant attacks, another must not
-//! notice). Every loop is bounded by a count or a deadline, and
+//! notice), `fleet` (three replicas on Postgres and SeaweedFS: kill -9 of
+//! replicas, Postgres restarted, S3 stopped, all under load). Every loop is bounded by a count or a deadline, and
 //! every server listens on 127.0.0.1. The disk-full scenario mounts a
 //! 64 MiB tmpfs (or a loop-mounted ext4 image), so it needs root; without
 //! it, it reports SKIPPED with the reason.
@@ -21,6 +22,7 @@
 mod abuse;
 mod crash;
 mod diskfull;
+mod fleet;
 mod harness;
 mod load;
 mod tenants;
@@ -41,6 +43,7 @@ const SCENARIOS: &[&str] = &[
     "slow-clients",
     "protocol-abuse",
     "tenants",
+    "fleet",
 ];
 
 #[derive(Parser)]
@@ -59,7 +62,8 @@ struct Args {
     /// this program, e.g. target/release/spillway).
     #[arg(long)]
     binary: Option<PathBuf>,
-    /// Metadata engine: redb or sled.
+    /// Metadata engine: redb or sled (the fleet scenario always uses
+    /// Postgres).
     #[arg(long, default_value = "redb")]
     engine: String,
     /// Seed for every random choice (default: random; printed to replay).
@@ -251,6 +255,7 @@ async fn main() -> Result<()> {
             "slow-clients" => abuse::slow_clients(&opts).await,
             "protocol-abuse" => abuse::protocol_abuse(&opts).await,
             "tenants" => tenants::tenants(&opts).await,
+            "fleet" => fleet::fleet(&opts).await,
             _ => unreachable!("checked above"),
         };
         let mut outcome = result.unwrap_or_else(|e| {

@@ -63,10 +63,21 @@ fn err(e: impl std::fmt::Display) -> EngineError {
     EngineError::new(NAME, e)
 }
 
+/// Whether a server's error says the database went away rather than that
+/// the statement failed: class 08 (connection exception) and class 57
+/// (operator intervention: `terminating connection due to administrator
+/// command` when it is stopped, `the database system is starting up`).
+/// A query cancelled on request (57014) is the statement's own failure.
+fn server_went_away(code: &tokio_postgres::error::SqlState) -> bool {
+    let code = code.code();
+    code.starts_with("08") || (code.starts_with("57") && code != "57014")
+}
+
 /// A driver error with its cause chain (tokio-postgres puts the server's
 /// message in the source), so logs and statuses say what Postgres said.
-/// One the server did not send (a closed or failed connection) means the
-/// database is unavailable.
+/// One the server did not send (a closed or failed connection), or one that
+/// says the server is going away or not yet up, means the database is
+/// unavailable.
 fn pg_err(e: &tokio_postgres::Error) -> EngineError {
     let mut text = e.to_string();
     let mut source = std::error::Error::source(e);
@@ -75,7 +86,7 @@ fn pg_err(e: &tokio_postgres::Error) -> EngineError {
         text.push_str(&s.to_string());
         source = s.source();
     }
-    if e.as_db_error().is_none() {
+    if e.as_db_error().is_none_or(|db| server_went_away(db.code())) {
         EngineError::unavailable(
             NAME,
             format!("the Postgres connection failed ({text}); retry once the database is back"),
@@ -554,6 +565,70 @@ mod tests {
                 .contains("schema is version 99, newer than this binary's 1"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_restarted_database_fails_calls_as_unavailable_then_serves_them_again() {
+        let cluster = crate::testing::postgres::dedicated();
+        let db = cluster.database();
+        let settings = PostgresSettings {
+            wait: Duration::from_secs(2),
+            ..PostgresSettings::new(db.url())
+        };
+        let engine = PostgresEngine::open(&settings).unwrap();
+        engine.put(Tree::Meta, b"k", b"before").unwrap();
+        cluster.stop_fast();
+        let e = engine.get(Tree::Meta, b"k").unwrap_err();
+        assert!(e.unavailable, "{e}");
+        assert!(e.message.contains("retry"), "{e}");
+        let e = engine.put(Tree::Meta, b"k", b"during").unwrap_err();
+        assert!(e.unavailable, "{e}");
+        cluster.start_again();
+        // The pool drops the dead connections and opens new ones.
+        assert_eq!(
+            engine.get(Tree::Meta, b"k").unwrap(),
+            Some(b"before".to_vec())
+        );
+        engine.put(Tree::Meta, b"k", b"after").unwrap();
+        assert_eq!(
+            engine.get(Tree::Meta, b"k").unwrap(),
+            Some(b"after".to_vec())
+        );
+        let _lock = engine.lock(&[7]).unwrap();
+    }
+
+    #[test]
+    fn a_call_waiting_in_postgres_when_it_stops_fails_as_unavailable() {
+        let cluster = crate::testing::postgres::dedicated();
+        let db = cluster.database();
+        let engine = Arc::new(PostgresEngine::open(&PostgresSettings::new(db.url())).unwrap());
+        let held = engine.lock(&[11]).unwrap();
+        // A second taker waits inside Postgres, in pg_advisory_lock.
+        let waiter = {
+            let engine = engine.clone();
+            std::thread::spawn(move || engine.lock(&[11]).map(drop))
+        };
+        std::thread::sleep(Duration::from_millis(500));
+        // The server ends that connection with FATAL 57P01
+        // ("terminating connection due to administrator command").
+        cluster.stop_fast();
+        let e = waiter.join().unwrap().unwrap_err();
+        assert!(e.unavailable, "{e}");
+        assert!(e.message.contains("retry"), "{e}");
+        drop(held);
+        cluster.start_again();
+        drop(engine.lock(&[11]).unwrap());
+    }
+
+    #[test]
+    fn only_lost_or_stopping_servers_count_as_unavailable() {
+        use tokio_postgres::error::SqlState;
+        assert!(server_went_away(&SqlState::ADMIN_SHUTDOWN));
+        assert!(server_went_away(&SqlState::CANNOT_CONNECT_NOW));
+        assert!(server_went_away(&SqlState::CONNECTION_FAILURE));
+        assert!(!server_went_away(&SqlState::QUERY_CANCELED));
+        assert!(!server_went_away(&SqlState::UNIQUE_VIOLATION));
+        assert!(!server_went_away(&SqlState::UNDEFINED_TABLE));
     }
 
     #[test]
