@@ -1,12 +1,10 @@
 //! `spillway.v1.Audit`: QueryAudit, VerifyAudit, GetReceipt and
 //! ExportAudit.
 
-use tonic::{Request, Response, Status};
 use tracing::instrument;
 
-use super::{convert, parts, principal};
+use super::convert;
 use crate::audit::{AuditEvent, Filter};
-use crate::clock::Millis;
 use crate::proto::{self, audit_server::Audit};
 use crate::service::ReceiptLookup;
 
@@ -33,12 +31,6 @@ pub fn event_to_proto(e: AuditEvent) -> proto::AuditEvent {
     }
 }
 
-fn millis(t: &pbjson_types::Timestamp) -> Millis {
-    t.seconds
-        .saturating_mul(1000)
-        .saturating_add(i64::from(t.nanos) / 1_000_000)
-}
-
 /// A query's filter; the service checks it.
 fn filter(q: &proto::AuditQuery) -> Filter {
     let set = |v: &str| (!v.is_empty()).then(|| v.to_owned());
@@ -48,67 +40,52 @@ fn filter(q: &proto::AuditQuery) -> Filter {
         principal: set(&q.principal),
         action: set(&q.action),
         outcome: set(&q.outcome),
-        since: q.since.as_ref().map(millis),
-        until: q.until.as_ref().map(millis),
+        since: q.since.as_ref().map(convert::millis),
+        until: q.until.as_ref().map(convert::millis),
     }
 }
 
-#[tonic::async_trait]
-impl Audit for AuditService {
-    #[instrument(name = "audit.query", skip_all, err(level = "info"))]
-    async fn query_audit(
-        &self,
-        req: Request<proto::AuditQuery>,
-    ) -> Result<Response<proto::AuditQueryResponse>, Status> {
-        let (p, q) = parts(req)?;
-        let page = self
-            .service
-            .query_audit(&p, filter(&q), &q.page_token, q.page_size)
-            .await?;
-        Ok(Response::new(proto::AuditQueryResponse {
-            events: page.items.into_iter().map(event_to_proto).collect(),
-            next_page_token: page.next_token,
-        }))
-    }
+rpcs! {
+    impl Audit for AuditService {
+        type ExportAuditStream = super::Relay<proto::AuditEvent>;
 
-    #[instrument(name = "audit.verify", skip_all, err(level = "info"))]
-    async fn verify_audit(
-        &self,
-        req: Request<proto::VerifyAuditRequest>,
-    ) -> Result<Response<proto::VerifyAuditResponse>, Status> {
-        let p = principal(&req)?;
-        let v = self.service.verify_audit(&p).await?;
-        Ok(Response::new(proto::VerifyAuditResponse {
-            ok: v.outcome.ok,
-            events_checked: v.outcome.events_checked,
-            first_bad_seq: v.outcome.first_bad_seq,
-            head_seq: v.head_seq,
-            head_hash: v.head_hash,
-        }))
-    }
+        #[instrument(name = "audit.query", skip_all, err(level = "info"))]
+        fn query_audit(&self, p, q: proto::AuditQuery) -> proto::AuditQueryResponse {
+            let page = self
+                .service
+                .query_audit(&p, filter(&q), &q.page_token, q.page_size)
+                .await?;
+            proto::AuditQueryResponse {
+                events: page.items.into_iter().map(event_to_proto).collect(),
+                next_page_token: page.next_token,
+            }
+        }
 
-    #[instrument(name = "audit.get_receipt", skip_all, err(level = "info"))]
-    async fn get_receipt(
-        &self,
-        req: Request<proto::GetReceiptRequest>,
-    ) -> Result<Response<proto::DeletionReceipt>, Status> {
-        let (p, r) = parts(req)?;
-        // Parsed after the role check, as every refusal is.
-        let lookup = ReceiptLookup::parse(&r.receipt_id, &r.target_id);
-        let receipt = self.service.get_receipt(&p, lookup).await?;
-        Ok(Response::new(convert::receipt(&receipt)))
-    }
+        #[instrument(name = "audit.verify", skip_all, err(level = "info"))]
+        fn verify_audit(&self, p, _: proto::VerifyAuditRequest) -> proto::VerifyAuditResponse {
+            let v = self.service.verify_audit(&p).await?;
+            proto::VerifyAuditResponse {
+                ok: v.outcome.ok,
+                events_checked: v.outcome.events_checked,
+                first_bad_seq: v.outcome.first_bad_seq,
+                head_seq: v.head_seq,
+                head_hash: v.head_hash,
+            }
+        }
 
-    type ExportAuditStream = super::Relay<proto::AuditEvent>;
+        #[instrument(name = "audit.get_receipt", skip_all, err(level = "info"))]
+        fn get_receipt(&self, p, r: proto::GetReceiptRequest) -> proto::DeletionReceipt {
+            // Parsed after the role check, as every refusal is.
+            let lookup = ReceiptLookup::parse(&r.receipt_id, &r.target_id);
+            let receipt = self.service.get_receipt(&p, lookup).await?;
+            convert::receipt(&receipt)
+        }
 
-    #[instrument(name = "audit.export", skip_all, err(level = "info"))]
-    async fn export_audit(
-        &self,
-        req: Request<proto::ExportAuditRequest>,
-    ) -> Result<Response<Self::ExportAuditStream>, Status> {
-        let p = principal(&req)?;
-        let events = self.service.export_audit(&p).await?;
-        Ok(Response::new(super::relay(events, event_to_proto)))
+        #[instrument(name = "audit.export", skip_all, err(level = "info"))]
+        fn export_audit(&self, p, _: proto::ExportAuditRequest) -> Self::ExportAuditStream {
+            let events = self.service.export_audit(&p).await?;
+            super::relay(events, event_to_proto)
+        }
     }
 }
 

@@ -1,9 +1,8 @@
 //! `spillway.v1.CodeMode`: Exec and ListRuntimes.
 
-use tonic::{Request, Response, Status};
 use tracing::instrument;
 
-use super::{convert, parts, principal};
+use super::convert;
 use crate::proto::{self, code_mode_server::CodeMode};
 use crate::service::ExecRequest;
 
@@ -12,36 +11,28 @@ front!(
     CodeModeService
 );
 
-#[tonic::async_trait]
-impl CodeMode for CodeModeService {
-    #[instrument(skip_all, fields(session_id, runtime, status))]
-    async fn exec(
-        &self,
-        req: Request<proto::ExecRequest>,
-    ) -> Result<Response<proto::ExecResult>, Status> {
-        let (p, r) = parts(req)?;
-        let exec = ExecRequest {
-            session_id: r.session_id,
-            runtime: r.runtime,
-            source: r.source,
-            module: r.module,
-            args: r.args,
-            inputs: r.inputs,
-            limits: convert::exec_limits_from(r.limits),
-            keep_outputs: r.keep_outputs,
-        };
-        let reply = self.service.exec(&p, exec).await?;
-        Ok(Response::new(convert::exec_result(reply)))
-    }
+rpcs! {
+    impl CodeMode for CodeModeService {
+        #[instrument(skip_all, fields(session_id, runtime, status))]
+        fn exec(&self, p, r: proto::ExecRequest) -> proto::ExecResult {
+            let exec = ExecRequest {
+                session_id: r.session_id,
+                runtime: r.runtime,
+                source: r.source,
+                module: r.module,
+                args: r.args,
+                inputs: r.inputs,
+                limits: convert::exec_limits_from(r.limits),
+                keep_outputs: r.keep_outputs,
+            };
+            convert::exec_result(self.service.exec(&p, exec).await?)
+        }
 
-    async fn list_runtimes(
-        &self,
-        req: Request<proto::ListRuntimesRequest>,
-    ) -> Result<Response<proto::ListRuntimesResponse>, Status> {
-        let p = principal(&req)?;
-        let runtimes = self.service.list_runtimes(&p).await?;
-        Ok(Response::new(proto::ListRuntimesResponse {
-            runtimes: runtimes.into_iter().map(convert::runtime).collect(),
-        }))
+        fn list_runtimes(&self, p, _: proto::ListRuntimesRequest) -> proto::ListRuntimesResponse {
+            let runtimes = self.service.list_runtimes(&p).await?;
+            proto::ListRuntimesResponse {
+                runtimes: runtimes.into_iter().map(convert::runtime).collect(),
+            }
+        }
     }
 }

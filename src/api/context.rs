@@ -1,9 +1,8 @@
 //! `spillway.v1.Context`: RepairHistory, CompactHistory, Recall.
 
-use tonic::{Request, Response, Status};
 use tracing::instrument;
 
-use super::{convert, parts};
+use super::convert;
 use crate::context::compact::CompactSettings;
 use crate::context::formats;
 use crate::context::model::{self, Block, Message, Role};
@@ -180,69 +179,62 @@ fn settings(s: Option<proto::CompactSettings>) -> Result<CompactSettings, ApiErr
     Ok(out)
 }
 
-#[tonic::async_trait]
-impl Context for ContextService {
-    #[instrument(name = "context.repair", skip_all, err(level = "info"))]
-    async fn repair_history(
-        &self,
-        req: Request<proto::RepairHistoryRequest>,
-    ) -> Result<Response<proto::RepairHistoryResponse>, Status> {
-        let (p, r) = parts(req)?;
-        let (messages, shape) = history_in(r.format, r.history_json, r.messages).await?;
-        let reply = self.service.repair_history(&p, messages).await?;
-        let (messages, history_json) = history_out(reply.messages, shape).await?;
-        Ok(Response::new(proto::RepairHistoryResponse {
-            messages,
-            report: Some(repair_report(reply.report)),
-            history_json,
-        }))
-    }
+rpcs! {
+    impl Context for ContextService {
+        #[instrument(name = "context.repair", skip_all, err(level = "info"))]
+        fn repair_history(&self, p, r: proto::RepairHistoryRequest)
+            -> proto::RepairHistoryResponse
+        {
+            let (messages, shape) = history_in(r.format, r.history_json, r.messages).await?;
+            let reply = self.service.repair_history(&p, messages).await?;
+            let (messages, history_json) = history_out(reply.messages, shape).await?;
+            proto::RepairHistoryResponse {
+                messages,
+                report: Some(repair_report(reply.report)),
+                history_json,
+            }
+        }
 
-    #[instrument(
-        name = "context.compact",
-        skip_all,
-        fields(session_id),
-        err(level = "info")
-    )]
-    async fn compact_history(
-        &self,
-        req: Request<proto::CompactHistoryRequest>,
-    ) -> Result<Response<proto::CompactHistoryResponse>, Status> {
-        let (p, r) = parts(req)?;
-        let settings = settings(r.settings)?;
-        let (messages, shape) = history_in(r.format, r.history_json, r.messages).await?;
-        let reply = self
-            .service
-            .compact_history(&p, &r.session_id, messages, r.current_turn, settings)
-            .await?;
-        let report = reply.report;
-        let (messages, history_json) = history_out(reply.messages, shape).await?;
-        Ok(Response::new(proto::CompactHistoryResponse {
-            messages,
-            history_json,
-            report: Some(proto::CompactReport {
-                truncated: report.truncated,
-                summarized: report.summarized,
-                budget_offloaded: report.budget_offloaded,
-                chars_saved: report.chars_saved,
-                archived_keys: report.archived_keys,
-                stored_keys: report.stored_keys,
-                redactions: convert::redaction_map(&reply.redactions),
-            }),
-            repair: Some(repair_report(reply.repair)),
-        }))
-    }
+        #[instrument(
+            name = "context.compact",
+            skip_all,
+            fields(session_id),
+            err(level = "info")
+        )]
+        fn compact_history(&self, p, r: proto::CompactHistoryRequest)
+            -> proto::CompactHistoryResponse
+        {
+            let settings = settings(r.settings)?;
+            let (messages, shape) = history_in(r.format, r.history_json, r.messages).await?;
+            let reply = self
+                .service
+                .compact_history(&p, &r.session_id, messages, r.current_turn, settings)
+                .await?;
+            let report = reply.report;
+            let (messages, history_json) = history_out(reply.messages, shape).await?;
+            proto::CompactHistoryResponse {
+                messages,
+                history_json,
+                report: Some(proto::CompactReport {
+                    truncated: report.truncated,
+                    summarized: report.summarized,
+                    budget_offloaded: report.budget_offloaded,
+                    chars_saved: report.chars_saved,
+                    archived_keys: report.archived_keys,
+                    stored_keys: report.stored_keys,
+                    redactions: convert::redaction_map(&reply.redactions),
+                }),
+                repair: Some(repair_report(reply.repair)),
+            }
+        }
 
-    #[instrument(name = "context.recall", skip_all, err(level = "info"))]
-    async fn recall(
-        &self,
-        req: Request<proto::RecallRequest>,
-    ) -> Result<Response<proto::RecallResponse>, Status> {
-        let (p, r) = parts(req)?;
-        let (id, content) = self.service.recall(&p, &r.session_id, &r.key).await?;
-        Ok(Response::new(proto::RecallResponse {
-            content,
-            payload_id: id.to_string(),
-        }))
+        #[instrument(name = "context.recall", skip_all, err(level = "info"))]
+        fn recall(&self, p, r: proto::RecallRequest) -> proto::RecallResponse {
+            let (id, content) = self.service.recall(&p, &r.session_id, &r.key).await?;
+            proto::RecallResponse {
+                content,
+                payload_id: id.to_string(),
+            }
+        }
     }
 }

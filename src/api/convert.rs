@@ -18,6 +18,13 @@ pub fn timestamp(ms: Millis) -> Timestamp {
     }
 }
 
+/// A protobuf timestamp as milliseconds since the epoch, saturating.
+pub fn millis(t: &Timestamp) -> Millis {
+    t.seconds
+        .saturating_mul(1000)
+        .saturating_add(i64::from(t.nanos) / 1_000_000)
+}
+
 fn duration(d: std::time::Duration) -> Duration {
     Duration {
         seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),

@@ -23,6 +23,38 @@ macro_rules! front {
     };
 }
 
+/// Implements a tonic service trait whose every RPC has one shape: take
+/// the caller and the message apart ([`parts`]), run the body, send what
+/// it evaluates to. Written `fn rpc(&self, p, r: Request) -> Reply { … }`
+/// (`_` for an unused message); `?` in the body turns a service error
+/// into its status. Stream types come first, as `type … = …;`.
+macro_rules! rpcs {
+    (
+        impl $trait:ident for $svc:ident {
+            $(type $stream:ident = $stream_ty:ty;)*
+            $(
+                $(#[$attr:meta])*
+                fn $name:ident(&$self:ident, $p:ident, $r:tt: $req:ty) -> $reply:ty $body:block
+            )*
+        }
+    ) => {
+        #[tonic::async_trait]
+        impl $trait for $svc {
+            $(type $stream = $stream_ty;)*
+            $(
+                $(#[$attr])*
+                async fn $name(
+                    &$self,
+                    req: tonic::Request<$req>,
+                ) -> Result<tonic::Response<$reply>, tonic::Status> {
+                    let ($p, $r) = $crate::api::parts(req)?;
+                    Ok(tonic::Response::new($body))
+                }
+            )*
+        }
+    };
+}
+
 mod audit;
 mod codemode;
 mod context;

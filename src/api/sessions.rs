@@ -1,9 +1,8 @@
 //! `spillway.v1.Sessions`.
 
-use tonic::{Request, Response, Status};
 use tracing::instrument;
 
-use super::{convert, parts, principal};
+use super::convert;
 use crate::error::ApiError;
 use crate::proto::{self, sessions_server::Sessions};
 use crate::service::{CreateSession, SessionFilter, StateFilter};
@@ -26,93 +25,68 @@ fn state_filter(state: i32) -> Result<StateFilter, ApiError> {
     }
 }
 
-#[tonic::async_trait]
-impl Sessions for SessionsService {
-    #[instrument(name = "sessions.create", skip_all, err(level = "info"))]
-    async fn create_session(
-        &self,
-        req: Request<proto::CreateSessionRequest>,
-    ) -> Result<Response<proto::Session>, Status> {
-        let (p, r) = parts(req)?;
-        let new = CreateSession {
-            label: r.label,
-            labels: r.labels.into_iter().collect(),
-            parent_session_id: r.parent_session_id,
-            share_with: r.share_with,
-            policy: r
-                .policy
-                .as_ref()
-                .map(convert::policy_level_from)
-                .transpose()?,
-        };
-        let (s, effective) = self.service.create_session(&p, new).await?;
-        Ok(Response::new(convert::session(&s, &effective)))
-    }
+rpcs! {
+    impl Sessions for SessionsService {
+        #[instrument(name = "sessions.create", skip_all, err(level = "info"))]
+        fn create_session(&self, p, r: proto::CreateSessionRequest) -> proto::Session {
+            let new = CreateSession {
+                label: r.label,
+                labels: r.labels.into_iter().collect(),
+                parent_session_id: r.parent_session_id,
+                share_with: r.share_with,
+                policy: r
+                    .policy
+                    .as_ref()
+                    .map(convert::policy_level_from)
+                    .transpose()?,
+            };
+            let (s, effective) = self.service.create_session(&p, new).await?;
+            convert::session(&s, &effective)
+        }
 
-    #[instrument(name = "sessions.get", skip_all, err(level = "info"))]
-    async fn get_session(
-        &self,
-        req: Request<proto::GetSessionRequest>,
-    ) -> Result<Response<proto::Session>, Status> {
-        let p = principal(&req)?;
-        let id = &req.get_ref().session_id;
-        let (s, effective) = self.service.get_session(&p, id).await?;
-        Ok(Response::new(convert::session(&s, &effective)))
-    }
+        #[instrument(name = "sessions.get", skip_all, err(level = "info"))]
+        fn get_session(&self, p, r: proto::GetSessionRequest) -> proto::Session {
+            let (s, effective) = self.service.get_session(&p, &r.session_id).await?;
+            convert::session(&s, &effective)
+        }
 
-    #[instrument(name = "sessions.list", skip_all, err(level = "info"))]
-    async fn list_sessions(
-        &self,
-        req: Request<proto::ListSessionsRequest>,
-    ) -> Result<Response<proto::ListSessionsResponse>, Status> {
-        let (p, r) = parts(req)?;
-        let state = state_filter(r.state)?;
-        let filter = SessionFilter {
-            owner: (!r.owner.is_empty()).then(|| r.owner.clone()),
-            labels: r.labels.into_iter().collect(),
-            expires_before_ms: r.expires_before.as_ref().map(|t| {
-                t.seconds
-                    .saturating_mul(1000)
-                    .saturating_add(i64::from(t.nanos) / 1_000_000)
-            }),
-            legal_hold: r.legal_hold,
-            label_contains: (!r.label_contains.is_empty()).then(|| r.label_contains.clone()),
-        };
-        let page = self
-            .service
-            .list_sessions_where(&p, state, &filter, &r.page_token, r.page_size)
-            .await?;
-        Ok(Response::new(proto::ListSessionsResponse {
-            sessions: page
-                .items
-                .iter()
-                .map(|(s, e)| convert::session(s, e))
-                .collect(),
-            next_page_token: page.next_token,
-        }))
-    }
+        #[instrument(name = "sessions.list", skip_all, err(level = "info"))]
+        fn list_sessions(&self, p, r: proto::ListSessionsRequest) -> proto::ListSessionsResponse {
+            let state = state_filter(r.state)?;
+            let filter = SessionFilter {
+                owner: (!r.owner.is_empty()).then(|| r.owner.clone()),
+                labels: r.labels.into_iter().collect(),
+                expires_before_ms: r.expires_before.as_ref().map(convert::millis),
+                legal_hold: r.legal_hold,
+                label_contains: (!r.label_contains.is_empty()).then(|| r.label_contains.clone()),
+            };
+            let page = self
+                .service
+                .list_sessions_where(&p, state, &filter, &r.page_token, r.page_size)
+                .await?;
+            proto::ListSessionsResponse {
+                sessions: page
+                    .items
+                    .iter()
+                    .map(|(s, e)| convert::session(s, e))
+                    .collect(),
+                next_page_token: page.next_token,
+            }
+        }
 
-    #[instrument(name = "sessions.close", skip_all, err(level = "info"))]
-    async fn close_session(
-        &self,
-        req: Request<proto::CloseSessionRequest>,
-    ) -> Result<Response<proto::Session>, Status> {
-        let p = principal(&req)?;
-        let id = &req.get_ref().session_id;
-        let (s, effective) = self.service.close_session(&p, id).await?;
-        Ok(Response::new(convert::session(&s, &effective)))
-    }
+        #[instrument(name = "sessions.close", skip_all, err(level = "info"))]
+        fn close_session(&self, p, r: proto::CloseSessionRequest) -> proto::Session {
+            let (s, effective) = self.service.close_session(&p, &r.session_id).await?;
+            convert::session(&s, &effective)
+        }
 
-    #[instrument(name = "sessions.delete", skip_all, err(level = "info"))]
-    async fn delete_session(
-        &self,
-        req: Request<proto::DeleteSessionRequest>,
-    ) -> Result<Response<proto::DeletionReceipt>, Status> {
-        let (p, r) = parts(req)?;
-        let receipt = self
-            .service
-            .delete_session(&p, &r.session_id, &r.reason)
-            .await?;
-        Ok(Response::new(convert::receipt(&receipt)))
+        #[instrument(name = "sessions.delete", skip_all, err(level = "info"))]
+        fn delete_session(&self, p, r: proto::DeleteSessionRequest) -> proto::DeletionReceipt {
+            let receipt = self
+                .service
+                .delete_session(&p, &r.session_id, &r.reason)
+                .await?;
+            convert::receipt(&receipt)
+        }
     }
 }
