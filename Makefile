@@ -128,11 +128,11 @@ bench: images ## Benchmarks with ratios against raw disk, serde_json, ripgrep, j
 	mv BENCHMARKS.md.new BENCHMARKS.md
 	$(MAKE) mcp-bench
 
-reliability: images ## Release build, then the full reliability suite against the real binary (about 6 minutes); writes RELIABILITY.md
+reliability: images postgres seaweedfs ## Release build, then the full reliability suite against the real binary (about 12 minutes); writes RELIABILITY.md
 	$(CARGO) build --release --locked --bin spillway --example reliability
 	$(CARGO) run --release --locked --quiet --example reliability -- --out RELIABILITY.md $(RELIABILITY_ARGS)
 
-reliability-smoke: images ## The short reliability suite CI runs (debug build, under 5 minutes)
+reliability-smoke: images postgres seaweedfs ## The short reliability suite CI runs (debug build, under 5 minutes)
 	$(CARGO) build --locked --bin spillway --example reliability
 	$(CARGO) run --locked --quiet --example reliability -- --smoke $(RELIABILITY_ARGS)
 
