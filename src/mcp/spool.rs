@@ -379,61 +379,26 @@ impl Spiller {
         self.made.clear();
     }
 
-    /// The value about to start, when it is one of the bulk values.
+    /// The value about to start is one of the bulk strings:
+    /// `result.content[i].{text,data,blob}` or
+    /// `result.content[i].resource.{text,blob}`.
     fn target(&self) -> bool {
-        use Frame::Object as O;
-        matches!(
-            self.stack.as_slice(),
-            [
-                O {
-                    key: Key::Result,
-                    ..
-                },
-                O {
-                    key: Key::Content,
-                    ..
-                },
-                Frame::Array,
-                O {
-                    key: Key::Text | Key::Data | Key::Blob,
-                    ..
-                }
-            ] | [
-                O {
-                    key: Key::Result,
-                    ..
-                },
-                O {
-                    key: Key::Content,
-                    ..
-                },
-                Frame::Array,
-                O {
-                    key: Key::Resource,
-                    ..
-                },
-                O {
-                    key: Key::Text | Key::Blob,
-                    ..
-                }
-            ]
-        )
+        let s = self.stack.as_slice();
+        let in_content = s.len() >= 4
+            && key_is(&s[0], &[Key::Result])
+            && key_is(&s[1], &[Key::Content])
+            && matches!(s[2], Frame::Array);
+        in_content
+            && match s.len() {
+                4 => key_is(&s[3], &[Key::Text, Key::Data, Key::Blob]),
+                5 => key_is(&s[3], &[Key::Resource]) && key_is(&s[4], &[Key::Text, Key::Blob]),
+                _ => false,
+            }
     }
 
+    /// The value about to start is `result.structuredContent`.
     fn structured(&self) -> bool {
-        matches!(
-            self.stack.as_slice(),
-            [
-                Frame::Object {
-                    key: Key::Result,
-                    ..
-                },
-                Frame::Object {
-                    key: Key::Structured,
-                    ..
-                }
-            ]
-        )
+        matches!(self.stack.as_slice(), [r, sc] if key_is(r, &[Key::Result]) && key_is(sc, &[Key::Structured]))
     }
 
     /// Feeds the next bytes of the line (no newline in them) and appends
@@ -621,6 +586,11 @@ impl Spiller {
         }
         self.sink.reset();
     }
+}
+
+/// Whether `f` is an object whose current member's key is one of `keys`.
+fn key_is(f: &Frame, keys: &[Key]) -> bool {
+    matches!(f, Frame::Object { key, .. } if keys.contains(key))
 }
 
 /// The index of the quote that closes a string, given the bytes after what
