@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -107,22 +107,86 @@ fn seed_payload(bytes: usize) -> Vec<u8> {
     out
 }
 
-/// 64 clients (16 in smoke) mixing Offload, Read, Search, Inspect and Exec
-/// against `server` until `duration` has passed.
-pub async fn run_load(
-    server: &Server,
-    clients: usize,
-    duration: Duration,
-    seed: u64,
-) -> Result<LoadRun> {
+/// Which window a load client's call falls in: the hostile scenario
+/// alternates windows without and with the attack on one server, so that
+/// both are measured in the same minutes (a drift in the shared machine's
+/// load then weighs on both alike).
+pub struct Phases {
+    now: AtomicU8,
+    /// Calls made wholly inside a quiet window ([`QUIET`]) and wholly
+    /// inside an attacked one ([`ATTACKED`]).
+    recs: [Recorder; 2],
+}
+
+/// No attack runs: calls count for the no-attack figures.
+const QUIET: u8 = 0;
+/// The attack runs at full force: calls count for the attacked figures.
+const ATTACKED: u8 = 1;
+/// The attack is starting or draining: calls are made but not timed.
+const GAP: u8 = 2;
+/// The clients stop.
+const DONE: u8 = 3;
+
+impl Phases {
+    fn new() -> Arc<Self> {
+        Arc::new(Self {
+            now: AtomicU8::new(QUIET),
+            recs: [Recorder::default(), Recorder::default()],
+        })
+    }
+
+    fn set(&self, phase: u8) {
+        self.now.store(phase, Ordering::SeqCst);
+    }
+
+    fn get(&self) -> u8 {
+        self.now.load(Ordering::SeqCst)
+    }
+
+    /// Records a call that started in phase `before` and ended in `after`.
+    /// Its time counts only when both are the same timed window; an error
+    /// always counts, in the attacked figures unless the call was wholly
+    /// quiet.
+    fn record(&self, before: u8, after: u8, rpc: &'static str, r: Result<Duration, tonic::Status>) {
+        let wholly = (before == after).then_some(before);
+        match r {
+            Ok(took) => {
+                if let Some(p @ (QUIET | ATTACKED)) = wholly {
+                    self.recs[p as usize].ok(rpc, took);
+                }
+            }
+            Err(e) => {
+                let p = if wholly == Some(QUIET) {
+                    QUIET
+                } else {
+                    ATTACKED
+                };
+                self.recs[p as usize].err(rpc, &e);
+            }
+        }
+    }
+
+    fn run(&self, phase: u8, secs: f64, peak_rss: u64, hwm: u64) -> LoadRun {
+        let rec = &self.recs[phase as usize];
+        LoadRun {
+            secs,
+            ops: rec.ops.load(Ordering::Relaxed),
+            stats: rec.snapshot(),
+            peak_rss,
+            hwm,
+        }
+    }
+}
+
+/// The load's target payloads: one per session, warmed up.
+async fn prepare(server: &Server) -> Result<Arc<Vec<(String, String)>>> {
     let sessions = 8;
     let mut targets = Vec::new();
     let mut p = server.payloads().await?;
-    for s in 0..sessions {
+    for _ in 0..sessions {
         let sid = server.session(None).await?;
         let payload = upload(&mut p, &sid, "seed.ndjson", &seed_payload(256 << 10)).await?;
         targets.push((sid, payload.id));
-        let _ = s;
     }
     // Warm up before the clock starts: the first Inspect of a payload infers
     // its structure (later ones hit the cache), and the first jq exec loads
@@ -143,23 +207,35 @@ pub async fn run_load(
         })
         .await?;
     }
-    let targets = Arc::new(targets);
-    let rec = Arc::new(Recorder::default());
-    let sampler = RssSampler::start(server.pid());
-    let started = Instant::now();
-    let deadline = started + duration;
+    Ok(Arc::new(targets))
+}
+
+/// Starts `clients` load clients mixing Offload, Read, Search, Inspect and
+/// Exec against `server`, each recording into `phases` until it says
+/// [`DONE`].
+async fn spawn_clients(
+    server: &Server,
+    clients: usize,
+    seed: u64,
+    targets: Arc<Vec<(String, String)>>,
+    phases: Arc<Phases>,
+) -> Result<tokio::task::JoinSet<()>> {
     let mut tasks = tokio::task::JoinSet::new();
     for c in 0..clients {
         let channel = server.channel().await?;
         let targets = targets.clone();
-        let rec = rec.clone();
+        let phases = phases.clone();
         tasks.spawn(async move {
             let mut rng = StdRng::seed_from_u64(seed ^ (c as u64) << 32);
             let mut p = payloads_on(channel.clone());
             let mut x = codemode_on(channel);
             let (sid, pid) = targets[c % targets.len()].clone();
             let mut n = 0u64;
-            while Instant::now() < deadline {
+            loop {
+                let before = phases.get();
+                if before == DONE {
+                    break;
+                }
                 n += 1;
                 let op = rng.random_range(0..100u32);
                 let t = Instant::now();
@@ -242,26 +318,36 @@ pub async fn run_load(
                         ("Exec", r)
                     }
                 };
-                match r {
-                    Ok(()) => rec.ok(rpc, t.elapsed()),
-                    Err(e) => rec.err(rpc, &e),
-                }
+                let took = t.elapsed();
+                phases.record(before, phases.get(), rpc, r.map(|()| took));
             }
         });
     }
+    Ok(tasks)
+}
+
+/// 64 clients (16 in smoke) mixing Offload, Read, Search, Inspect and Exec
+/// against `server` for `duration`.
+pub async fn run_load(
+    server: &Server,
+    clients: usize,
+    duration: Duration,
+    seed: u64,
+) -> Result<LoadRun> {
+    let targets = prepare(server).await?;
+    let phases = Phases::new();
+    let sampler = RssSampler::start(server.pid());
+    let started = Instant::now();
+    let mut tasks = spawn_clients(server, clients, seed, targets, phases.clone()).await?;
+    tokio::time::sleep(duration).await;
+    phases.set(DONE);
     while let Some(r) = tasks.join_next().await {
         r?;
     }
     let secs = started.elapsed().as_secs_f64();
     let peak_rss = sampler.stop();
     let (_, hwm) = server.rss();
-    Ok(LoadRun {
-        secs,
-        ops: rec.ops.load(Ordering::Relaxed),
-        stats: rec.snapshot(),
-        peak_rss,
-        hwm,
-    })
+    Ok(phases.run(QUIET, secs, peak_rss, hwm))
 }
 
 pub fn load_params(opts: &Opts) -> (usize, Duration) {
@@ -276,7 +362,7 @@ pub fn load_params(opts: &Opts) -> (usize, Duration) {
     }
 }
 
-pub async fn load(opts: &Opts) -> Result<(Outcome, Option<LoadRun>)> {
+pub async fn load(opts: &Opts) -> Result<Outcome> {
     let mut out = Outcome::new("load");
     let dir = tempfile::tempdir_in(&opts.work_dir)?;
     let config = write_config(opts, dir.path(), "")?;
@@ -320,34 +406,21 @@ pub async fn load(opts: &Opts) -> Result<(Outcome, Option<LoadRun>)> {
     for l in server.log_problems() {
         out.notes.push(format!("server log: {l}"));
     }
-    Ok((out, Some(run)))
+    Ok(out)
 }
 
 /// The hostile session's attacks: an infinite loop, a memory bomb, and a
 /// 100 MB stdout flood.
 pub const ATTACKS: [&str; 3] = ["loop", "bomb", "flood"];
 
-/// The same load, first alone (or the `load` scenario's run), then with
+/// The same load on one server, in windows alternately without and with
 /// one hostile session running infinite loops, memory bombs and 100 MB
-/// stdout floods in parallel (or those of `--attacks`).
-pub async fn hostile(opts: &Opts, baseline: Option<LoadRun>) -> Result<Outcome> {
+/// stdout floods in parallel (or those of `--attacks`): quiet, attacked,
+/// attacked, quiet, and again, so that a drift in the shared machine's
+/// load weighs on both sides alike. Each side gets `duration` in all.
+pub async fn hostile(opts: &Opts) -> Result<Outcome> {
     let mut out = Outcome::new("hostile");
     let (clients, duration) = load_params(opts);
-    let baseline = match baseline {
-        Some(b) => b,
-        None => {
-            let dir = tempfile::tempdir_in(&opts.work_dir)?;
-            let config = write_config(opts, dir.path(), "")?;
-            let server = Server::start(
-                opts,
-                &config,
-                &dir.path().join("data"),
-                &dir.path().join("log"),
-            )
-            .await?;
-            run_load(&server, clients, duration, opts.seed).await?
-        }
-    };
     let dir = tempfile::tempdir_in(&opts.work_dir)?;
     let config = write_config(opts, dir.path(), "")?;
     let server = Server::start(
@@ -362,7 +435,12 @@ pub async fn hostile(opts: &Opts, baseline: Option<LoadRun>) -> Result<Outcome> 
     upload(&mut p, &hostile_sid, "x.json", b"[1]").await?;
     let cap: u64 = 256 << 20;
     let stdout_ask: u64 = 100_000_000;
-    let deadline = Instant::now() + duration + Duration::from_secs(2);
+    // The attackers run while `attacking` is set, until `stop`; `in_flight`
+    // counts their calls, so that a quiet window starts only once every
+    // attack has ended.
+    let attacking = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let in_flight = Arc::new(AtomicUsize::new(0));
     let outcomes: Arc<std::sync::Mutex<BTreeMap<String, u64>>> = Arc::default();
     let mut attackers = tokio::task::JoinSet::new();
     // (kind, runtime, script, timeout): the loop is stopped by its timeout,
@@ -390,8 +468,15 @@ pub async fn hostile(opts: &Opts, baseline: Option<LoadRun>) -> Result<Outcome> 
         let mut p = server.payloads().await?;
         let sid = hostile_sid.clone();
         let outcomes = outcomes.clone();
+        let (attacking, stop, in_flight) = (attacking.clone(), stop.clone(), in_flight.clone());
         attackers.spawn(async move {
-            while Instant::now() < deadline {
+            while !stop.load(Ordering::SeqCst) {
+                in_flight.fetch_add(1, Ordering::SeqCst);
+                if !attacking.load(Ordering::SeqCst) {
+                    in_flight.fetch_sub(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
                 let r = x
                     .exec(proto::ExecRequest {
                         session_id: sid.clone(),
@@ -435,15 +520,69 @@ pub async fn hostile(opts: &Opts, baseline: Option<LoadRun>) -> Result<Outcome> 
                     Err(e) => format!("{kind}: error {:?}: {}", e.code(), e.message()),
                 };
                 *outcomes.lock().unwrap().entry(key).or_default() += 1;
+                in_flight.fetch_sub(1, Ordering::SeqCst);
             }
         });
     }
-    // Let the attack start before the measured load.
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let attacked = run_load(&server, clients, duration, opts.seed).await?;
+    let targets = prepare(&server).await?;
+    let phases = Phases::new();
+    let mut tasks = spawn_clients(&server, clients, opts.seed, targets, phases.clone()).await?;
+    let window = duration / 4;
+    let sampler = RssSampler::start(server.pid());
+    let (mut quiet_secs, mut attacked_secs) = (0.0, 0.0);
+    let mut base_peak = None;
+    let mut previous = QUIET;
+    for phase in [
+        QUIET, ATTACKED, ATTACKED, QUIET, QUIET, ATTACKED, ATTACKED, QUIET,
+    ] {
+        if phase != previous {
+            phases.set(GAP);
+            if phase == ATTACKED {
+                // Let the attack reach full force before timing.
+                attacking.store(true, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            } else {
+                // Let every attack end (the loop's is the longest, 3 s).
+                attacking.store(false, Ordering::SeqCst);
+                let drained = Instant::now() + Duration::from_secs(60);
+                while in_flight.load(Ordering::SeqCst) > 0 && Instant::now() < drained {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                anyhow::ensure!(
+                    in_flight.load(Ordering::SeqCst) == 0,
+                    "the hostile session's execs were still running 60 s after it stopped attacking"
+                );
+            }
+            previous = phase;
+        }
+        phases.set(phase);
+        let t = Instant::now();
+        tokio::time::sleep(window).await;
+        let secs = t.elapsed().as_secs_f64();
+        if phase == QUIET {
+            quiet_secs += secs;
+        } else {
+            attacked_secs += secs;
+        }
+        if base_peak.is_none() {
+            // The first window is before any attack: the no-attack peak.
+            let (rss, hwm) = server.rss();
+            base_peak = Some(rss.max(hwm));
+        }
+    }
+    phases.set(DONE);
+    stop.store(true, Ordering::SeqCst);
+    while let Some(r) = tasks.join_next().await {
+        r?;
+    }
     while let Some(r) = attackers.join_next().await {
         r?;
     }
+    let peak_rss = sampler.stop();
+    let (_, hwm) = server.rss();
+    let base_peak = base_peak.unwrap_or(0);
+    let baseline = phases.run(QUIET, quiet_secs, base_peak, base_peak);
+    let attacked = phases.run(ATTACKED, attacked_secs, peak_rss, hwm);
     let (bad, _) = attacked.errors();
     out.check(
         bad.is_empty(),
@@ -478,11 +617,10 @@ pub async fn hostile(opts: &Opts, baseline: Option<LoadRun>) -> Result<Outcome> 
         out.figure(format!("{rpc} p99 {} vs {} ({ratio:.2}×)", ms(a), ms(b)));
         out.check(
             ratio <= 2.0,
-            format!("{rpc} p99 under attack within 2× of the no-attack run ({ratio:.2}×)"),
+            format!("{rpc} p99 under attack within 2× of the no-attack windows ({ratio:.2}×)"),
         );
     }
     let peak = attacked.peak_rss.max(attacked.hwm);
-    let base_peak = baseline.peak_rss.max(baseline.hwm);
     // Bound: the no-attack peak plus what the three attacks may hold by
     // their own caps (memory each, plus the 64 MiB stdout ceiling).
     let bound = base_peak + 3 * cap + (64 << 20);
@@ -501,8 +639,8 @@ pub async fn hostile(opts: &Opts, baseline: Option<LoadRun>) -> Result<Outcome> 
     );
     out.detail = format!(
         "{}{}",
-        baseline.table("No attack"),
-        attacked.table("Under attack (neighbours' calls only)")
+        baseline.table("No attack (quiet windows)"),
+        attacked.table("Under attack (attacked windows, neighbours' calls only)")
     );
     for l in server.log_problems() {
         out.notes.push(format!("server log: {l}"));

@@ -237,7 +237,6 @@ async fn main() -> Result<()> {
     let started = Instant::now();
     let wanted = |name: &str| args.scenario.is_empty() || args.scenario.iter().any(|s| s == name);
     let mut outcomes = Vec::new();
-    let mut baseline = None;
     for &name in SCENARIOS {
         if !wanted(name) {
             continue;
@@ -245,11 +244,8 @@ async fn main() -> Result<()> {
         eprintln!("reliability: {name} ...");
         let t = Instant::now();
         let result = match name {
-            "load" => load::load(&opts).await.map(|(o, run)| {
-                baseline = run;
-                o
-            }),
-            "hostile" => load::hostile(&opts, baseline.take()).await,
+            "load" => load::load(&opts).await,
+            "hostile" => load::hostile(&opts).await,
             "crash" => crash::crash(&opts).await,
             "disk-full" => diskfull::diskfull(&opts).await,
             "slow-clients" => abuse::slow_clients(&opts).await,
