@@ -11,17 +11,12 @@
 use std::io::{Read, Write};
 use std::time::Instant;
 
-use spillway::config::Config;
-use spillway::proto::{
-    self, payloads_client::PayloadsClient, sessions_client::SessionsClient, upload_chunk::Chunk,
-};
+mod common;
+
+use common::{BenchServer, median};
+use spillway::proto::{self, upload_chunk::Chunk};
 
 const CHUNK: usize = 1 << 20;
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
-}
 
 fn raw_write_fsync(dir: &std::path::Path, bytes: usize, chunk: &[u8]) -> f64 {
     let path = dir.join("raw.bin");
@@ -76,45 +71,10 @@ async fn main() {
     let bytes = mib << 20;
     let chunk: Vec<u8> = (0..CHUNK).map(|i| (i * 7 % 251) as u8).collect();
 
-    let dir = tempfile::tempdir_in(
-        std::env::var("SPILLWAY_BENCH_DIR").unwrap_or_else(|_| "target".into()),
-    )
-    .unwrap();
-    let mut config = Config {
-        data_dir: dir.path().join("data"),
-        ..Config::default()
-    };
-    config.auth.tokens = vec![spillway::config::TokenConfig {
-        token: Some("bench".into()),
-        token_sha256: None,
-        principal: "bench".into(),
-        tenant: "bench".into(),
-        roles: vec![spillway::auth::Role::Agent],
-    }];
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(spillway::server::run(config, listener, async {
-        let _ = stopped.await;
-    }));
-    let channel = loop {
-        if let Ok(c) = tonic::transport::Channel::from_shared(format!("http://{addr}"))
-            .unwrap()
-            .connect()
-            .await
-        {
-            break c;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    };
-    let auth = |mut req: tonic::Request<()>| {
-        req.metadata_mut()
-            .insert("authorization", "Bearer bench".parse().unwrap());
-        Ok(req)
-    };
-    let mut sessions = SessionsClient::with_interceptor(channel.clone(), auth);
-    let mut payloads =
-        PayloadsClient::with_interceptor(channel, auth).max_decoding_message_size(16 << 20);
+    let server = BenchServer::start(|_| {}).await;
+    let dir = &server.dir;
+    let mut sessions = server.sessions.clone();
+    let mut payloads = server.payloads.clone();
     let session = sessions
         .create_session(proto::CreateSessionRequest::default())
         .await
@@ -188,8 +148,7 @@ async fn main() {
             .await
             .unwrap();
     }
-    let _ = stop.send(());
-    server.await.unwrap().unwrap();
+    server.stop().await;
 
     let rate = |secs: f64| mib as f64 / secs;
     let (rw, rwh, rr) = (
