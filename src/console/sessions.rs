@@ -116,26 +116,18 @@ impl Filters {
 
     /// The query string of these filters on another page.
     fn url(&self, page: &str) -> String {
-        let mut f = self.clone();
-        f.page = page.to_owned();
-        let pairs: Vec<(&str, &str)> = [
-            ("state", f.state.as_str()),
-            ("owner", f.owner.as_str()),
-            ("q", f.q.as_str()),
-            ("label", f.label.as_str()),
-            ("expires", f.expires.as_str()),
-            ("hold", f.hold.as_str()),
-            ("page", f.page.as_str()),
-        ]
-        .into_iter()
-        .filter(|(_, v)| !v.is_empty())
-        .collect();
-        let qs = serde_urlencoded::to_string(pairs).unwrap_or_default();
-        if qs.is_empty() {
-            "/sessions".into()
-        } else {
-            format!("/sessions?{qs}")
-        }
+        views::query_url(
+            "/sessions",
+            &[
+                ("state", self.state.as_str()),
+                ("owner", self.owner.as_str()),
+                ("q", self.q.as_str()),
+                ("label", self.label.as_str()),
+                ("expires", self.expires.as_str()),
+                ("hold", self.hold.as_str()),
+                ("page", page),
+            ],
+        )
     }
 }
 
@@ -402,17 +394,23 @@ pub struct HoldForm {
     reason: String,
 }
 
+/// A form POST's checks before any work: its CSRF token, and an ID no
+/// longer than any this server makes.
+fn post_refusal(ctx: &Ctx, csrf: &str, id: &str) -> Option<Response> {
+    if let Some(r) = ctx.csrf_refusal(csrf) {
+        return Some(r);
+    }
+    (!id_ok(id)).then(|| too_long(ctx))
+}
+
 /// POST /sessions/{id}/hold.
 pub async fn hold(
     ctx: Ctx,
     Path(id): Path<String>,
     axum::Form(f): axum::Form<HoldForm>,
 ) -> Response {
-    if let Some(r) = ctx.csrf_refusal(&f.csrf) {
+    if let Some(r) = post_refusal(&ctx, &f.csrf, &id) {
         return r;
-    }
-    if !id_ok(&id) {
-        return too_long(&ctx);
     }
     let (service, p) = ctx.service();
     match service
@@ -479,11 +477,8 @@ pub async fn delete(
     Path(id): Path<String>,
     axum::Form(f): axum::Form<DeleteForm>,
 ) -> Response {
-    if let Some(r) = ctx.csrf_refusal(&f.csrf) {
+    if let Some(r) = post_refusal(&ctx, &f.csrf, &id) {
         return r;
-    }
-    if !id_ok(&id) {
-        return too_long(&ctx);
     }
     let (service, p) = ctx.service();
     match service

@@ -168,6 +168,17 @@ pub fn time(ms: crate::clock::Millis) -> String {
         .to_string()
 }
 
+/// `path`, with the pairs whose value is not empty as its query string.
+pub fn query_url(path: &str, pairs: &[(&str, &str)]) -> String {
+    let set: Vec<_> = pairs.iter().filter(|(_, v)| !v.is_empty()).collect();
+    let qs = serde_urlencoded::to_string(set).unwrap_or_default();
+    if qs.is_empty() {
+        path.to_owned()
+    } else {
+        format!("{path}?{qs}")
+    }
+}
+
 /// Cuts `s` to at most `max` chars, saying so.
 pub fn cut(s: &str, max: usize) -> String {
     match s.char_indices().nth(max) {
