@@ -514,16 +514,8 @@ pub async fn receipt(ctx: Ctx, Query(q): Query<ReceiptQuery>) -> Response {
         let body = receipt_forms(&ctx, "", "");
         return ctx.page(Section::Audit, "Receipts", body);
     }
-    if id.len() > 128 {
-        return ctx.page_with(
-            StatusCode::NOT_FOUND,
-            Section::Audit,
-            "Not found",
-            views::notice(
-                "error",
-                "No such receipt: the ID is longer than any this server makes.",
-            ),
-        );
+    if id.len() > super::ctx::MAX_ID {
+        return ctx.id_too_long(Section::Audit, "receipt");
     }
     let lookup = if id.starts_with("rcpt_") {
         ReceiptLookup::parse(&id, "")

@@ -404,16 +404,8 @@ pub async fn update(ctx: Ctx, axum::Form(form): axum::Form<Submitted>) -> Respon
 /// GET /policy?session=…: a session's effective policy, and for each
 /// value the level it comes from (server, tenant or session).
 async fn session_policy(ctx: &Ctx, level: &PolicyOverrides, id: &str) -> Response {
-    if id.len() > 128 {
-        return ctx.page_with(
-            StatusCode::NOT_FOUND,
-            Section::Policy,
-            "Not found",
-            views::notice(
-                "error",
-                "No such session: the ID is longer than any this server makes.",
-            ),
-        );
+    if id.len() > super::ctx::MAX_ID {
+        return ctx.id_too_long(Section::Policy, "session");
     }
     let (service, p) = ctx.service();
     let target = PolicyTarget::Session(id.to_owned());

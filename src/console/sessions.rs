@@ -26,7 +26,6 @@ const PAYLOADS: u32 = 1000;
 /// Bytes of content the payload page shows at most.
 const CONTENT_BYTES: u64 = 16 << 10;
 /// Longest ID accepted in a path.
-const MAX_ID: usize = 128;
 /// Longest filter value accepted.
 const MAX_FILTER: usize = 256;
 
@@ -233,19 +232,11 @@ pub async fn list(ctx: Ctx, Query(f): Query<Filters>) -> Response {
 }
 
 fn id_ok(id: &str) -> bool {
-    id.len() <= MAX_ID
+    id.len() <= super::ctx::MAX_ID
 }
 
 fn too_long(ctx: &Ctx) -> Response {
-    ctx.page_with(
-        StatusCode::NOT_FOUND,
-        Section::Sessions,
-        "Not found",
-        views::notice(
-            "error",
-            "No such session: the ID is longer than any this server makes.",
-        ),
-    )
+    ctx.id_too_long(Section::Sessions, "session")
 }
 
 /// GET /sessions/{id}.

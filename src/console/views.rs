@@ -61,7 +61,7 @@ pub fn page(title: &str, chrome: Option<&Chrome<'_>>, body: Markup) -> Markup {
                     @if let Some(c) = chrome {
                         (nav(c))
                         div class="who" {
-                            span { (c.principal) " · tenant " (c.tenant) " · " (roles(c.roles)) }
+                            span { (c.principal) " · tenant " (c.tenant) " · " (Role::names(c.roles)) }
                             form method="post" action="/signout" class="inline" {
                                 input type="hidden" name="csrf" value=(c.csrf);
                                 button type="submit" class="link" { "Sign out" }
@@ -76,14 +76,6 @@ pub fn page(title: &str, chrome: Option<&Chrome<'_>>, body: Markup) -> Markup {
             }
         }
     }
-}
-
-fn roles(roles: &[Role]) -> String {
-    roles
-        .iter()
-        .map(|r| r.name())
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 fn nav(c: &Chrome<'_>) -> Markup {

@@ -277,7 +277,11 @@ mod tests {
 
     #[test]
     fn a_default_notice_is_under_600_tokens() {
-        let json = format!("[{}]", (0..2000).map(|i| format!("{{\"id\":{i},\"title\":\"pull request number {i}\",\"user\":{{\"login\":\"someone\"}}}}")).collect::<Vec<_>>().join(","));
+        let json = crate::testing::json_array(2000, |i| {
+            format!(
+                "{{\"id\":{i},\"title\":\"pull request number {i}\",\"user\":{{\"login\":\"someone\"}}}}"
+            )
+        });
         let (n, tokens) = structured_notice(&json, &facts());
         assert!(tokens < 600, "{tokens} tokens:\n{n}");
     }
@@ -352,15 +356,9 @@ mod fixture {
 
     #[test]
     fn notices_match_the_reviewed_fixture() {
-        let prs = format!(
-            "[{}]",
-            (0..900)
-                .map(|i| format!(
-                    "{{\"id\":{i},\"title\":\"Fix flaky test {i}\",\"state\":\"open\"}}"
-                ))
-                .collect::<Vec<_>>()
-                .join(",")
-        );
+        let prs = crate::testing::json_array(900, |i| {
+            format!("{{\"id\":{i},\"title\":\"Fix flaky test {i}\",\"state\":\"open\"}}")
+        });
         let log: String = (0..3000)
             .map(|i| format!("2026-11-30T10:00:00Z INFO request {i} served in 12 ms\n"))
             .collect();

@@ -391,15 +391,9 @@ mod tests {
 
     #[test]
     fn structured_json_array_gives_count_and_keys_and_says_it_is_cut() {
-        let json = format!(
-            "[{}]",
-            (0..500)
-                .map(|i| format!(
-                    "{{\"id\":{i},\"title\":\"pr {i}\",\"user\":{{\"login\":\"u\"}}}}"
-                ))
-                .collect::<Vec<_>>()
-                .join(",")
-        );
+        let json = crate::testing::json_array(500, |i| {
+            format!("{{\"id\":{i},\"title\":\"pr {i}\",\"user\":{{\"login\":\"u\"}}}}")
+        });
         let p = build(json.as_bytes(), "application/json", Style::Structured, None);
         let s = p.structure.clone().unwrap();
         assert!(
@@ -425,14 +419,10 @@ mod tests {
     /// the prefix it counted.
     #[test]
     fn structured_large_arrays_are_counted_exactly_and_huge_ones_name_the_prefix() {
-        let array = |n: usize, pad: usize| {
-            format!(
-                "[{}]",
-                (0..n)
-                    .map(|i| format!("{{\"id\":{i},\"p\":\"{}\"}}", "x".repeat(pad)))
-                    .collect::<Vec<_>>()
-                    .join(",")
-            )
+        let array = |n: u64, pad: usize| {
+            crate::testing::json_array(n, |i| {
+                format!("{{\"id\":{i},\"p\":\"{}\"}}", "x".repeat(pad))
+            })
         };
         let json = array(37_243, 70);
         assert!(json.len() > 3 << 20);
