@@ -183,14 +183,24 @@ pub fn cut(s: &str, max: usize) -> String {
 mod tests {
     use super::*;
 
+    /// The frame of principal `a` of tenant `t` with these roles.
+    fn chrome(roles: &[Role], section: Section) -> Chrome<'_> {
+        Chrome {
+            principal: "a",
+            tenant: "t",
+            roles,
+            csrf: "c",
+            section,
+        }
+    }
+
     #[test]
     fn interpolated_text_is_escaped_and_never_markup() {
         let chrome = Chrome {
             principal: "<script>alert(1)</script>",
             tenant: "\"><img src=x onerror=alert(1)>",
-            roles: &[Role::Compliance],
             csrf: "\"><b>",
-            section: Section::Overview,
+            ..chrome(&[Role::Compliance], Section::Overview)
         };
         let out = page("<i>t</i>", Some(&chrome), html! { p { "x" } }).into_string();
         assert!(!out.contains("<script>alert"), "{out}");
@@ -201,13 +211,7 @@ mod tests {
 
     #[test]
     fn only_sections_the_access_table_allows_are_linked() {
-        let agent = Chrome {
-            principal: "a",
-            tenant: "t",
-            roles: &[Role::Agent],
-            csrf: "c",
-            section: Section::Sessions,
-        };
+        let agent = chrome(&[Role::Agent], Section::Sessions);
         let out = page("x", Some(&agent), html! {}).into_string();
         assert!(out.contains("href=\"/sessions\""));
         assert!(!out.contains("href=\"/audit\""));
