@@ -605,6 +605,31 @@ mod tests {
     use super::*;
     use crate::auth::Role;
 
+    /// An environment of these variables.
+    fn vars(vars: &[(&str, &str)]) -> BTreeMap<String, String> {
+        vars.iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    /// Why loading `file` with `env` and no flags fails.
+    fn refusal(file: Option<&Path>, env: &BTreeMap<String, String>) -> String {
+        Config::load(file, env, &Overrides::default())
+            .unwrap_err()
+            .to_string()
+    }
+
+    /// Why loading a file of `text` fails.
+    fn file_refusal(text: &str) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        refusal(Some(&write(&dir, text)), &BTreeMap::new())
+    }
+
+    /// Why loading these environment variables fails.
+    fn env_refusal(env: &[(&str, &str)]) -> String {
+        refusal(None, &vars(env))
+    }
+
     fn write(dir: &tempfile::TempDir, text: &str) -> PathBuf {
         let path = dir.path().join("spillway.toml");
         std::fs::write(&path, text).unwrap();
@@ -638,10 +663,10 @@ tenant = "acme"
 roles = ["agent"]
 "#,
         );
-        let env = BTreeMap::from([
-            ("SPILLWAY_DATA_DIR".to_string(), "/from/env".to_string()),
-            ("SPILLWAY_LISTEN".to_string(), "127.0.0.1:2222".to_string()),
-            ("SPILLWAY_ADDR".to_string(), "ignored:1".to_string()),
+        let env = vars(&[
+            ("SPILLWAY_DATA_DIR", "/from/env"),
+            ("SPILLWAY_LISTEN", "127.0.0.1:2222"),
+            ("SPILLWAY_ADDR", "ignored:1"),
         ]);
         let flags = Overrides {
             listen: Some("127.0.0.1:3333".into()),
@@ -658,31 +683,22 @@ roles = ["agent"]
 
     #[test]
     fn unknown_key_in_file_is_an_error_naming_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = write(&dir, "[store]\nengnie = \"redb\"\n");
-        let err = Config::load(Some(&file), &BTreeMap::new(), &Overrides::default()).unwrap_err();
-        assert!(err.to_string().contains("engnie"), "{err}");
+        let err = file_refusal("[store]\nengnie = \"redb\"\n");
+        assert!(err.contains("engnie"), "{err}");
     }
 
     #[test]
     fn unknown_env_key_is_an_error_naming_it() {
-        let env = BTreeMap::from([("SPILLWAY_LIMITS__MAX_BANANAS".to_string(), "3".to_string())]);
-        let err = Config::load(None, &env, &Overrides::default()).unwrap_err();
-        assert!(err.to_string().contains("max_bananas"), "{err}");
-        assert!(
-            err.to_string().contains("SPILLWAY_LIMITS__MAX_BANANAS"),
-            "{err}"
-        );
+        let err = env_refusal(&[("SPILLWAY_LIMITS__MAX_BANANAS", "3")]);
+        assert!(err.contains("max_bananas"), "{err}");
+        assert!(err.contains("SPILLWAY_LIMITS__MAX_BANANAS"), "{err}");
     }
 
     #[test]
     fn env_reaches_nested_keys_with_typed_values() {
-        let env = BTreeMap::from([
-            ("SPILLWAY_STORE__ENGINE".to_string(), "sled".to_string()),
-            (
-                "SPILLWAY_LIMITS__MAX_PAYLOAD_BYTES".to_string(),
-                "4096".to_string(),
-            ),
+        let env = vars(&[
+            ("SPILLWAY_STORE__ENGINE", "sled"),
+            ("SPILLWAY_LIMITS__MAX_PAYLOAD_BYTES", "4096"),
         ]);
         let c = Config::load(None, &env, &Overrides::default()).unwrap();
         assert_eq!(c.store.engine, EngineKind::Sled);
@@ -691,55 +707,38 @@ roles = ["agent"]
 
     #[test]
     fn token_entries_need_exactly_one_secret_form() {
-        let dir = tempfile::tempdir().unwrap();
-        let both = write(
-            &dir,
+        let err = file_refusal(
             "[[auth.tokens]]\ntoken = \"a\"\ntoken_sha256 = \"00\"\nprincipal = \"p\"\ntenant = \"t\"\nroles = [\"agent\"]\n",
         );
-        let err = Config::load(Some(&both), &BTreeMap::new(), &Overrides::default()).unwrap_err();
-        assert!(err.to_string().contains("exactly one"), "{err}");
+        assert!(err.contains("exactly one"), "{err}");
     }
 
     #[test]
     fn tls_keys_come_from_file_and_env_and_cert_and_key_go_together() {
         let dir = tempfile::tempdir().unwrap();
         let file = write(&dir, "[tls]\ncert = \"/etc/s/server.pem\"\n");
-        let env = BTreeMap::from([(
-            "SPILLWAY_TLS__KEY".to_string(),
-            "/etc/s/server.key".to_string(),
-        )]);
+        let env = vars(&[("SPILLWAY_TLS__KEY", "/etc/s/server.key")]);
         let c = Config::load(Some(&file), &env, &Overrides::default()).unwrap();
         assert_eq!(c.tls.key.as_deref(), Some(Path::new("/etc/s/server.key")));
         assert!(c.tls.client_ca.is_none());
-        let err = Config::load(Some(&file), &BTreeMap::new(), &Overrides::default()).unwrap_err();
-        assert!(err.to_string().contains("tls.cert and tls.key"), "{err}");
-        let ca_only = BTreeMap::from([(
-            "SPILLWAY_TLS__CLIENT_CA".to_string(),
-            "/etc/s/ca.pem".to_string(),
-        )]);
-        let err = Config::load(None, &ca_only, &Overrides::default()).unwrap_err();
-        assert!(err.to_string().contains("tls.client_ca needs"), "{err}");
+        let err = refusal(Some(&file), &BTreeMap::new());
+        assert!(err.contains("tls.cert and tls.key"), "{err}");
+        let err = env_refusal(&[("SPILLWAY_TLS__CLIENT_CA", "/etc/s/ca.pem")]);
+        assert!(err.contains("tls.client_ca needs"), "{err}");
     }
 
     #[test]
     fn unknown_role_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = write(
-            &dir,
+        let err = file_refusal(
             "[[auth.tokens]]\ntoken = \"a\"\nprincipal = \"p\"\ntenant = \"t\"\nroles = [\"root\"]\n",
         );
-        let err = Config::load(Some(&file), &BTreeMap::new(), &Overrides::default()).unwrap_err();
-        assert!(err.to_string().contains("root"), "{err}");
+        assert!(err.contains("root"), "{err}");
     }
 
     #[test]
     fn zero_limits_are_refused_by_name() {
-        let env = BTreeMap::from([(
-            "SPILLWAY_LIMITS__READ_MAX_BYTES".to_string(),
-            "0".to_string(),
-        )]);
-        let err = Config::load(None, &env, &Overrides::default()).unwrap_err();
-        assert!(err.to_string().contains("limits.read_max_bytes"), "{err}");
+        let err = env_refusal(&[("SPILLWAY_LIMITS__READ_MAX_BYTES", "0")]);
+        assert!(err.contains("limits.read_max_bytes"), "{err}");
     }
 
     #[test]
@@ -758,9 +757,9 @@ roles = ["agent"]
         let file = dir.path().join("spillway.toml");
         std::fs::write(&file, &toml_text).unwrap();
         // The Secret supplies the database URL.
-        let env = BTreeMap::from([(
-            "SPILLWAY_STORE__POSTGRES_URL".to_string(),
-            "postgres://u:p@db:5432/spillway".to_string(),
+        let env = vars(&[(
+            "SPILLWAY_STORE__POSTGRES_URL",
+            "postgres://u:p@db:5432/spillway",
         )]);
         let c = Config::load(Some(&file), &env, &Overrides::default()).unwrap();
         assert_eq!(c.store.engine, EngineKind::Postgres);

@@ -117,4 +117,6 @@ pub mod proto {
     /// The encoded descriptor set of every served proto, for reflection.
     pub const FILE_DESCRIPTOR_SET: &[u8] =
         include_bytes!(concat!(env!("OUT_DIR"), "/spillway_descriptor.bin"));
+
+    mod removed_item;
 }

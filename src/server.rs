@@ -286,14 +286,13 @@ pub async fn run_with_clock(
     let sessions = SessionsServer::new(SessionsService::new(state.clone()))
         .max_decoding_message_size(limits.max_request_message_bytes)
         .max_encoding_message_size(limits.max_response_message_bytes);
-    // Offload carries a whole turn in one message, so this service accepts
-    // up to the Offload limit; Upload enforces the chunk limit itself.
+    // Offload carries a whole turn in one message, so Payloads accepts up
+    // to the Offload limit; Upload enforces the chunk limit itself.
+    let offload_request = limits
+        .max_offload_request_bytes
+        .max(limits.max_request_message_bytes);
     let payloads = PayloadsServer::new(PayloadsService::new(state.clone()))
-        .max_decoding_message_size(
-            limits
-                .max_offload_request_bytes
-                .max(limits.max_request_message_bytes),
-        )
+        .max_decoding_message_size(offload_request)
         // An Offload reply carries the turn's inline results and notices:
         // bounded by the request plus the previews.
         .max_encoding_message_size(
@@ -303,11 +302,7 @@ pub async fn run_with_clock(
     // Histories are large: Context takes and returns messages up to the
     // Offload limit.
     let context = ContextServer::new(ContextService::new(state.clone()))
-        .max_decoding_message_size(
-            limits
-                .max_offload_request_bytes
-                .max(limits.max_request_message_bytes),
-        )
+        .max_decoding_message_size(offload_request)
         .max_encoding_message_size(
             limits
                 .max_offload_request_bytes

@@ -24,12 +24,18 @@
 //! (Postgres refuses to run as root), the cluster runs as the `postgres`
 //! user that Debian's package creates.
 
+/// `[record(0),record(1),…]`: a one-line JSON array of `n` records.
+pub fn json_array(n: u64, record: impl Fn(u64) -> String) -> String {
+    let items: Vec<String> = (0..n).map(record).collect();
+    format!("[{}]", items.join(","))
+}
+
 pub mod postgres {
     //! The throwaway Postgres cluster ([`database`]).
 
     use std::io::Read as _;
     use std::path::{Path, PathBuf};
-    use std::process::{Command, Stdio};
+    use std::process::Command;
     use std::sync::OnceLock;
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::time::{Duration, Instant};
@@ -156,20 +162,14 @@ pub mod postgres {
                  sleep 1; kill -KILL $pid 2>/dev/null; wait $pid; rm -rf \"$5\"",
                 WATCH_LOOP = super::WATCH_LOOP.replace("STOP_SIGNAL", "INT"),
             );
-            let child = Command::new("bash")
-                .args(["-c", &script, "watchdog"])
+            let mut cmd = Command::new("bash");
+            cmd.args(["-c", &script, "watchdog"])
                 .arg(&postgres)
                 .arg(&data)
                 .arg(port.to_string())
                 .arg(&tmp)
-                .arg(&tmp)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("bash for the Postgres watchdog");
-            let watchdog = super::Watchdog::new(child);
-            watchdog.expect_line("started");
+                .arg(&tmp);
+            let watchdog = super::Watchdog::start(cmd, "Postgres");
             let cluster = Cluster {
                 port,
                 user: "spillway".into(),
@@ -305,7 +305,7 @@ pub mod s3 {
     //! The throwaway SeaweedFS S3 server ([`bucket`]).
 
     use std::path::PathBuf;
-    use std::process::{Command, Stdio};
+    use std::process::Command;
     use std::sync::OnceLock;
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::time::{Duration, Instant};
@@ -388,8 +388,8 @@ pub mod s3 {
                  kill -KILL $pid 2>/dev/null; wait $pid; rm -rf \"$WEED_DIR\"",
                 super::WATCH_LOOP.replace("STOP_SIGNAL", "KILL"),
             );
-            let child = Command::new("bash")
-                .args(["-c", &script, "watchdog"])
+            let mut cmd = Command::new("bash");
+            cmd.args(["-c", &script, "watchdog"])
                 .arg(weed())
                 .arg("server")
                 .arg(format!("-dir={}", dir.join("data").display()))
@@ -406,14 +406,8 @@ pub mod s3 {
                     "-master.volumeSizeLimitMB=64",
                 ])
                 .args(&flags)
-                .env("WEED_DIR", &dir)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("bash for the SeaweedFS watchdog");
-            let watchdog = super::Watchdog::new(child);
-            watchdog.expect_line("started");
+                .env("WEED_DIR", &dir);
+            let watchdog = super::Watchdog::start(cmd, "SeaweedFS");
             let server = Server {
                 s3_port: ports[6],
                 dir,
@@ -529,6 +523,21 @@ struct Watchdog {
 }
 
 impl Watchdog {
+    /// Spawns the watchdog script `cmd` (of the `what` server) with piped
+    /// stdin and stdout, and waits for its `started`.
+    fn start(mut cmd: std::process::Command, what: &str) -> Self {
+        use std::process::Stdio;
+        let child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("bash for the {what} watchdog: {e}"));
+        let watchdog = Self::new(child);
+        watchdog.expect_line("started");
+        watchdog
+    }
+
     fn new(mut child: std::process::Child) -> Self {
         Self {
             stdin: std::sync::Mutex::new(child.stdin.take().expect("piped stdin")),

@@ -23,6 +23,29 @@ pub fn group(n: u64) -> String {
     out
 }
 
+/// A content type's essence: its media type without parameters, in lower
+/// case (`Application/JSON; charset=utf-8` is `application/json`).
+pub fn essence(content_type: &str) -> String {
+    content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase()
+}
+
+/// The value that `s` names in `names`; or, for the setting `what`, an
+/// error that lists the names (`what "x" is not one of a, b`).
+pub fn one_of<T: Copy>(what: &str, s: &str, names: &[(&str, T)]) -> Result<T, String> {
+    match names.iter().find(|(name, _)| *name == s) {
+        Some((_, value)) => Ok(*value),
+        None => {
+            let all: Vec<&str> = names.iter().map(|(name, _)| *name).collect();
+            Err(format!("{what} {s:?} is not one of {}", all.join(", ")))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -206,18 +206,7 @@ pub fn receipt(r: &ReceiptRecord) -> proto::DeletionReceipt {
         bytes_deleted: r.bytes_deleted,
         content_sha256: r.content_sha256.clone(),
         signature: r.signature.clone(),
-        removed: r
-            .removed
-            .iter()
-            .map(|i| proto::RemovedItem {
-                kind: i.kind.clone(),
-                id: i.id.clone(),
-                session_id: i.session_id.clone(),
-                content_sha256: i.content_sha256.clone(),
-                bytes: i.bytes,
-                because: i.because.clone(),
-            })
-            .collect(),
+        removed: r.removed.iter().map(proto::RemovedItem::from).collect(),
     }
 }
 

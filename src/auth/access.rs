@@ -298,14 +298,6 @@ pub enum Access {
     Denied(String),
 }
 
-fn join(roles: &[Role]) -> String {
-    roles
-        .iter()
-        .map(|r| r.name())
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 fn holds_any(principal: &Principal, roles: &[Role]) -> bool {
     roles.iter().any(|r| principal.has(*r))
 }
@@ -320,9 +312,9 @@ pub fn authorize(principal: &Principal, rpc: Rpc) -> Result<(), AuthError> {
     }
     Err(AuthError::RoleDenied {
         principal: principal.id.clone(),
-        roles: join(&principal.roles),
+        roles: Role::names(&principal.roles),
         rpc: rule.method,
-        needed: join(&any),
+        needed: Role::names(&any),
     })
 }
 
@@ -343,7 +335,7 @@ pub fn decide(principal: &Principal, rpc: Rpc, target: Target) -> Access {
                 } else {
                     format!(
                         "{id} may call {method} only for sessions; for a tenant it needs one of {}",
-                        join(rule.tenant)
+                        Role::names(rule.tenant)
                     )
                 });
             }
@@ -356,8 +348,8 @@ pub fn decide(principal: &Principal, rpc: Rpc, target: Target) -> Access {
             if !holds_any(principal, rule.roles) {
                 return Access::Denied(format!(
                     "{id} may call {method} only for a tenant, which needs one of {}; on sessions it needs one of {}",
-                    join(rule.tenant),
-                    join(rule.roles)
+                    Role::names(rule.tenant),
+                    Role::names(rule.roles)
                 ));
             }
             match target {
@@ -464,6 +456,11 @@ mod tests {
         on(p, rpc, s, false)
     }
 
+    /// What `p` may do through `rpc` on alice's session shared with bob.
+    fn shared_with_bob(p: &Principal, rpc: Rpc) -> Access {
+        session_access(p, rpc, owned(&["bob".to_string()]))
+    }
+
     fn on(p: &Principal, rpc: Rpc, s: SessionOwnership<'_>, compliance_can_read: bool) -> Access {
         let relation = Relation::of(p, s);
         decide(
@@ -499,33 +496,19 @@ mod tests {
 
     #[test]
     fn other_tenants_and_strangers_see_nothing() {
-        let share = vec!["bob".to_string()];
         let mallory = p("mallory", "acme", &[Agent]);
         let foreign_admin = p("root", "other", &[Admin]);
-        assert_eq!(
-            session_access(&mallory, Rpc::Stat, owned(&share)),
-            Access::Hidden
-        );
-        assert_eq!(
-            session_access(&foreign_admin, Rpc::Stat, owned(&share)),
-            Access::Hidden
-        );
+        assert_eq!(shared_with_bob(&mallory, Rpc::Stat), Access::Hidden);
+        assert_eq!(shared_with_bob(&foreign_admin, Rpc::Stat), Access::Hidden);
     }
 
     #[test]
     fn shared_agent_reads_and_writes_but_does_not_delete() {
-        let share = vec!["bob".to_string()];
         let bob = p("bob", "acme", &[Agent]);
-        assert_eq!(
-            session_access(&bob, Rpc::Read, owned(&share)),
-            Access::Allowed
-        );
-        assert_eq!(
-            session_access(&bob, Rpc::Upload, owned(&share)),
-            Access::Allowed
-        );
+        assert_eq!(shared_with_bob(&bob, Rpc::Read), Access::Allowed);
+        assert_eq!(shared_with_bob(&bob, Rpc::Upload), Access::Allowed);
         assert!(matches!(
-            session_access(&bob, Rpc::DeleteSession, owned(&share)),
+            shared_with_bob(&bob, Rpc::DeleteSession),
             Access::Denied(_)
         ));
     }

@@ -38,6 +38,15 @@ impl Role {
             Role::Auditor => "auditor",
         }
     }
+
+    /// Roles by name, comma-separated (`agent, admin`).
+    pub fn names(roles: &[Role]) -> String {
+        roles
+            .iter()
+            .map(|r| r.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
 }
 
 /// An authenticated caller.

@@ -23,6 +23,14 @@ const UPLOAD_CHUNK: usize = 1 << 20;
 
 type Svc = InterceptedService<Channel, Bearer>;
 
+/// One unary call, `rpc!(c.payloads.stat(request))`: its reply message,
+/// or its status as the error.
+macro_rules! rpc {
+    ($($call:tt)+) => {
+        $($call)+.await?.into_inner()
+    };
+}
+
 struct Clients {
     sessions: SessionsClient<Svc>,
     payloads: PayloadsClient<Svc>,
@@ -99,27 +107,18 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
         Command::Audit(cmd) => audit(&mut c, cmd, json).await,
         Command::Session(cmd) => session(&mut c, cmd, json).await,
         Command::Policy(super::PolicyCommand::Get { tenant, session }) => {
-            let p = c
-                .policies
-                .get_policy(super::policy::get_request(tenant, session))
-                .await?
-                .into_inner();
+            let p = rpc!(
+                c.policies
+                    .get_policy(super::policy::get_request(tenant, session))
+            );
             output::show(json, &p, super::policy::show)
         }
         Command::Policy(super::PolicyCommand::Set(args)) => {
-            let p = c
-                .policies
-                .set_policy(super::policy::set_request(args)?)
-                .await?
-                .into_inner();
+            let p = rpc!(c.policies.set_policy(super::policy::set_request(args)?));
             output::show(json, &p, super::policy::show)
         }
         Command::Hold(args) => {
-            let s = c
-                .policies
-                .set_legal_hold(super::policy::hold_request(args))
-                .await?
-                .into_inner();
+            let s = rpc!(c.policies.set_legal_hold(super::policy::hold_request(args)));
             output::show(json, &s, output::session)
         }
         Command::Context(cmd) => context(&mut c, cmd, json).await,
@@ -182,26 +181,18 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 preview_chars: None,
                 dialect: None,
             };
-            let reply = c
-                .payloads
-                .offload(proto::OffloadRequest {
-                    session_id: session,
-                    turn,
-                    results,
-                    settings: Some(settings),
-                })
-                .await?
-                .into_inner();
+            let reply = rpc!(c.payloads.offload(proto::OffloadRequest {
+                session_id: session,
+                turn,
+                results,
+                settings: Some(settings),
+            }));
             output::show(json, &reply, output::offload)
         }
         Command::Inspect { payload, .. } => {
-            let s = c
-                .payloads
-                .inspect(proto::PayloadRequest {
-                    payload_id: payload,
-                })
-                .await?
-                .into_inner();
+            let s = rpc!(c.payloads.inspect(proto::PayloadRequest {
+                payload_id: payload,
+            }));
             output::show(json, &s, output::structure)
         }
         Command::Grep {
@@ -213,19 +204,15 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             context,
             max_matches,
         } => {
-            let r = c
-                .payloads
-                .search(proto::SearchRequest {
-                    session_id: session,
-                    payload_ids: payloads,
-                    pattern,
-                    fixed_string: fixed_strings,
-                    case_insensitive: ignore_case,
-                    context_lines: context,
-                    max_matches,
-                })
-                .await?
-                .into_inner();
+            let r = rpc!(c.payloads.search(proto::SearchRequest {
+                session_id: session,
+                payload_ids: payloads,
+                pattern,
+                fixed_string: fixed_strings,
+                case_insensitive: ignore_case,
+                context_lines: context,
+                max_matches,
+            }));
             output::show(json, &r, output::search)
         }
         Command::Exec {
@@ -254,25 +241,21 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 }
                 (None, None) => bail!("give the script with --source or --file"),
             };
-            let r = c
-                .codemode
-                .exec(proto::ExecRequest {
-                    session_id: session,
-                    runtime,
-                    source,
-                    module: module.into(),
-                    inputs,
-                    args,
-                    limits: Some(proto::ExecLimits {
-                        timeout_ms,
-                        memory_bytes,
-                        max_stdout_bytes: 0,
-                        fuel: 0,
-                    }),
-                    keep_outputs,
-                })
-                .await?
-                .into_inner();
+            let r = rpc!(c.codemode.exec(proto::ExecRequest {
+                session_id: session,
+                runtime,
+                source,
+                module: module.into(),
+                inputs,
+                args,
+                limits: Some(proto::ExecLimits {
+                    timeout_ms,
+                    memory_bytes,
+                    max_stdout_bytes: 0,
+                    fuel: 0,
+                }),
+                keep_outputs,
+            }));
             output::show(json, &r, output::exec)?;
             if r.status != proto::ExecStatus::Ok as i32 {
                 std::process::exit(1);
@@ -280,45 +263,24 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Runtimes => {
-            let r = c
-                .codemode
-                .list_runtimes(proto::ListRuntimesRequest {})
-                .await?
-                .into_inner();
+            let r = rpc!(c.codemode.list_runtimes(proto::ListRuntimesRequest {}));
             output::show(json, &r, output::runtimes)
         }
         Command::Stat { payload, .. } => {
-            let p = c
-                .payloads
-                .stat(proto::PayloadRequest {
-                    payload_id: payload,
-                })
-                .await?
-                .into_inner();
+            let p = rpc!(c.payloads.stat(proto::PayloadRequest {
+                payload_id: payload,
+            }));
             output::show(json, &p, output::payload)
         }
         Command::Ls { session } => {
-            let mut token = String::new();
-            loop {
-                let page = c
-                    .payloads
-                    .list_payloads(proto::ListPayloadsRequest {
-                        session_id: session.clone(),
-                        page_size: 1000,
-                        page_token: token,
-                    })
-                    .await?
-                    .into_inner();
-                if json {
-                    output::json(&page)?;
-                } else {
-                    page.payloads.iter().for_each(output::payload_line);
-                }
-                if page.next_page_token.is_empty() {
-                    return Ok(());
-                }
-                token = page.next_page_token;
-            }
+            let list = async |page_token| {
+                Ok(rpc!(c.payloads.list_payloads(proto::ListPayloadsRequest {
+                    session_id: session.clone(),
+                    page_size: 1000,
+                    page_token,
+                })))
+            };
+            every_page(json, list, |p| &p.next_page_token, output::payload_page).await
         }
         Command::Read {
             payload,
@@ -344,15 +306,11 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 }
                 (None, None) => None,
             };
-            let r = c
-                .payloads
-                .read(proto::ReadRequest {
-                    payload_id: payload,
-                    max_bytes,
-                    range,
-                })
-                .await?
-                .into_inner();
+            let r = rpc!(c.payloads.read(proto::ReadRequest {
+                payload_id: payload,
+                max_bytes,
+                range,
+            }));
             if json {
                 return output::json(&r);
             }
@@ -377,27 +335,13 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             output: out,
             ..
         } => {
-            let stat = c
-                .payloads
-                .stat(proto::PayloadRequest {
-                    payload_id: payload.clone(),
-                })
-                .await?
-                .into_inner();
-            let mut stream = c
-                .payloads
-                .download(proto::PayloadRequest {
-                    payload_id: payload,
-                })
-                .await?
-                .into_inner();
-            let mut sink: Box<dyn Write> = match &out {
-                Some(path) => Box::new(std::io::BufWriter::new(
-                    std::fs::File::create(path)
-                        .with_context(|| format!("cannot create {}", path.display()))?,
-                )),
-                None => Box::new(std::io::stdout().lock()),
-            };
+            let stat = rpc!(c.payloads.stat(proto::PayloadRequest {
+                payload_id: payload.clone(),
+            }));
+            let mut stream = rpc!(c.payloads.download(proto::PayloadRequest {
+                payload_id: payload,
+            }));
+            let mut sink = sink(out.as_deref())?;
             let bar = progress(stat.size_bytes);
             let mut got = 0u64;
             while let Some(chunk) = stream.message().await? {
@@ -418,14 +362,10 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
         Command::Rm {
             payload, reason, ..
         } => {
-            let r = c
-                .payloads
-                .delete_payload(proto::DeletePayloadRequest {
-                    payload_id: payload,
-                    reason,
-                })
-                .await?
-                .into_inner();
+            let r = rpc!(c.payloads.delete_payload(proto::DeletePayloadRequest {
+                payload_id: payload,
+                reason,
+            }));
             output::show(json, &r, output::receipt)
         }
     };
@@ -466,15 +406,11 @@ async fn context(c: &mut Clients, cmd: ContextCommand, json: bool) -> anyhow::Re
     };
     match cmd {
         ContextCommand::Repair { format, file } => {
-            let reply = c
-                .context
-                .repair_history(proto::RepairHistoryRequest {
-                    messages: Vec::new(),
-                    format: fmt(format),
-                    history_json: load(&file)?,
-                })
-                .await?
-                .into_inner();
+            let reply = rpc!(c.context.repair_history(proto::RepairHistoryRequest {
+                messages: Vec::new(),
+                format: fmt(format),
+                history_json: load(&file)?,
+            }));
             eprintln!(
                 "{}",
                 serde_json::to_string(&reply.report.unwrap_or_default())?
@@ -487,18 +423,14 @@ async fn context(c: &mut Clients, cmd: ContextCommand, json: bool) -> anyhow::Re
             current_turn,
             file,
         } => {
-            let reply = c
-                .context
-                .compact_history(proto::CompactHistoryRequest {
-                    session_id: session,
-                    messages: Vec::new(),
-                    current_turn,
-                    settings: None,
-                    format: fmt(format),
-                    history_json: load(&file)?,
-                })
-                .await?
-                .into_inner();
+            let reply = rpc!(c.context.compact_history(proto::CompactHistoryRequest {
+                session_id: session,
+                messages: Vec::new(),
+                current_turn,
+                settings: None,
+                format: fmt(format),
+                history_json: load(&file)?,
+            }));
             eprintln!(
                 "{}",
                 serde_json::to_string(
@@ -508,14 +440,10 @@ async fn context(c: &mut Clients, cmd: ContextCommand, json: bool) -> anyhow::Re
             save(&reply.history_json)
         }
         ContextCommand::Recall { session, key } => {
-            let r = c
-                .context
-                .recall(proto::RecallRequest {
-                    session_id: session,
-                    key,
-                })
-                .await?
-                .into_inner();
+            let r = rpc!(c.context.recall(proto::RecallRequest {
+                session_id: session,
+                key,
+            }));
             if json {
                 return output::json(&r);
             }
@@ -541,27 +469,19 @@ async fn session(c: &mut Clients, cmd: SessionCommand, json: bool) -> anyhow::Re
                     .with_context(|| format!("label {kv:?} is not KEY=VALUE"))?;
                 map.insert(k.to_owned(), v.to_owned());
             }
-            let s = c
-                .sessions
-                .create_session(proto::CreateSessionRequest {
-                    label,
-                    labels: map,
-                    policy: None,
-                    parent_session_id: parent.unwrap_or_default(),
-                    share_with,
-                })
-                .await?
-                .into_inner();
+            let s = rpc!(c.sessions.create_session(proto::CreateSessionRequest {
+                label,
+                labels: map,
+                policy: None,
+                parent_session_id: parent.unwrap_or_default(),
+                share_with,
+            }));
             output::show(json, &s, output::session)
         }
         SessionCommand::Get { session } => {
-            let s = c
-                .sessions
-                .get_session(proto::GetSessionRequest {
-                    session_id: session,
-                })
-                .await?
-                .into_inner();
+            let s = rpc!(c.sessions.get_session(proto::GetSessionRequest {
+                session_id: session,
+            }));
             output::show(json, &s, output::session)
         }
         SessionCommand::Ls { state } => {
@@ -570,48 +490,27 @@ async fn session(c: &mut Clients, cmd: SessionCommand, json: bool) -> anyhow::Re
                 Some("closed") => proto::SessionState::Closed,
                 _ => proto::SessionState::Unspecified,
             } as i32;
-            let mut token = String::new();
-            loop {
-                let page = c
-                    .sessions
-                    .list_sessions(proto::ListSessionsRequest {
-                        page_size: 1000,
-                        page_token: token,
-                        state,
-                        ..Default::default()
-                    })
-                    .await?
-                    .into_inner();
-                if json {
-                    output::json(&page)?;
-                } else {
-                    page.sessions.iter().for_each(output::session_line);
-                }
-                if page.next_page_token.is_empty() {
-                    return Ok(());
-                }
-                token = page.next_page_token;
-            }
+            let list = async |page_token| {
+                Ok(rpc!(c.sessions.list_sessions(proto::ListSessionsRequest {
+                    page_size: 1000,
+                    page_token,
+                    state,
+                    ..Default::default()
+                })))
+            };
+            every_page(json, list, |p| &p.next_page_token, output::session_page).await
         }
         SessionCommand::Close { session } => {
-            let s = c
-                .sessions
-                .close_session(proto::CloseSessionRequest {
-                    session_id: session,
-                })
-                .await?
-                .into_inner();
+            let s = rpc!(c.sessions.close_session(proto::CloseSessionRequest {
+                session_id: session,
+            }));
             output::show(json, &s, output::session)
         }
         SessionCommand::Rm { session, reason } => {
-            let r = c
-                .sessions
-                .delete_session(proto::DeleteSessionRequest {
-                    session_id: session,
-                    reason,
-                })
-                .await?
-                .into_inner();
+            let r = rpc!(c.sessions.delete_session(proto::DeleteSessionRequest {
+                session_id: session,
+                reason,
+            }));
             output::show(json, &r, output::receipt)
         }
     }
@@ -654,6 +553,37 @@ async fn upload(
     bar.finish_and_clear();
     reader.await??;
     Ok(result?.into_inner())
+}
+
+/// Prints every page of a listing, from the first: each reply as JSON
+/// with `--json`, else a line an item.
+async fn every_page<T: serde::Serialize>(
+    json: bool,
+    mut list: impl AsyncFnMut(String) -> anyhow::Result<T>,
+    next_token: fn(&T) -> &String,
+    human: fn(&T),
+) -> anyhow::Result<()> {
+    let mut token = String::new();
+    loop {
+        let page = list(token).await?;
+        output::show(json, &page, human)?;
+        if next_token(&page).is_empty() {
+            return Ok(());
+        }
+        token = next_token(&page).clone();
+    }
+}
+
+/// Where a download or an export goes: the file `--output` names, or
+/// stdout.
+fn sink(out: Option<&std::path::Path>) -> anyhow::Result<Box<dyn Write>> {
+    Ok(match out {
+        Some(path) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(path)
+                .with_context(|| format!("cannot create {}", path.display()))?,
+        )),
+        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+    })
 }
 
 fn progress(total: u64) -> ProgressBar {
@@ -702,15 +632,13 @@ async fn audit(c: &mut Clients, cmd: AuditCommand, json: bool) -> anyhow::Result
                 ..Default::default()
             };
             while left > 0 {
-                let mut page = c.audit.query_audit(query.clone()).await?.into_inner();
+                let mut page = rpc!(c.audit.query_audit(query.clone()));
                 page.events
                     .truncate(usize::try_from(left).unwrap_or(usize::MAX));
                 left -= page.events.len() as u64;
-                if json {
-                    output::json(&page)?;
-                } else {
-                    page.events.iter().for_each(output::audit_event_line);
-                }
+                output::show(json, &page, |p| {
+                    p.events.iter().for_each(output::audit_event_line)
+                })?;
                 if page.next_page_token.is_empty() {
                     break;
                 }
@@ -730,15 +658,11 @@ async fn audit(c: &mut Clients, cmd: AuditCommand, json: bool) -> anyhow::Result
                     target_id: id,
                 }
             };
-            let r = c.audit.get_receipt(req).await?.into_inner();
+            let r = rpc!(c.audit.get_receipt(req));
             output::show(json, &r, output::receipt)
         }
         AuditCommand::Verify => {
-            let r = c
-                .audit
-                .verify_audit(proto::VerifyAuditRequest {})
-                .await?
-                .into_inner();
+            let r = rpc!(c.audit.verify_audit(proto::VerifyAuditRequest {}));
             output::show(json, &r, output::audit_verify)?;
             if !r.ok {
                 std::process::exit(1);
@@ -746,18 +670,8 @@ async fn audit(c: &mut Clients, cmd: AuditCommand, json: bool) -> anyhow::Result
             Ok(())
         }
         AuditCommand::Export { output: out } => {
-            let mut stream = c
-                .audit
-                .export_audit(proto::ExportAuditRequest {})
-                .await?
-                .into_inner();
-            let mut sink: Box<dyn Write> = match &out {
-                Some(path) => Box::new(std::io::BufWriter::new(
-                    std::fs::File::create(path)
-                        .with_context(|| format!("cannot create {}", path.display()))?,
-                )),
-                None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
-            };
+            let mut stream = rpc!(c.audit.export_audit(proto::ExportAuditRequest {}));
+            let mut sink = sink(out.as_deref())?;
             let mut n = 0u64;
             while let Some(e) = stream.message().await? {
                 let line = output::event_from_proto(e).to_export_line();
@@ -805,18 +719,7 @@ fn verify_receipt(file: &std::path::Path, data_dir: &std::path::Path) -> anyhow:
     let key = ReceiptKey::from_hex(key_text.trim())
         .context("the receipt key file is not 64 hex digits")?;
     let at = r.deleted_at.unwrap_or_default();
-    let removed: Vec<RemovedItem> = r
-        .removed
-        .iter()
-        .map(|i| RemovedItem {
-            kind: i.kind.clone(),
-            id: i.id.clone(),
-            session_id: i.session_id.clone(),
-            content_sha256: i.content_sha256.clone(),
-            bytes: i.bytes,
-            because: i.because.clone(),
-        })
-        .collect();
+    let removed: Vec<RemovedItem> = r.removed.iter().cloned().map(RemovedItem::from).collect();
     let signed = Signed {
         id: &r.id,
         target_id: &r.target_id,

@@ -142,6 +142,11 @@ pub fn session(s: &proto::Session) {
 }
 
 /// A session, one line.
+/// A page of sessions, a line each.
+pub fn session_page(page: &proto::ListSessionsResponse) {
+    page.sessions.iter().for_each(session_line);
+}
+
 pub fn session_line(s: &proto::Session) {
     let usage = s.usage.unwrap_or_default();
     println!(
@@ -184,6 +189,11 @@ pub fn payload(p: &proto::Payload) {
 }
 
 /// A payload, one line.
+/// A page of payloads, a line each.
+pub fn payload_page(page: &proto::ListPayloadsResponse) {
+    page.payloads.iter().for_each(payload_line);
+}
+
 pub fn payload_line(p: &proto::Payload) {
     println!(
         "{}  {:>12} bytes  {:>8} lines  {}",

@@ -82,24 +82,18 @@ impl AuditFilters {
     }
 
     fn url(&self, page: &str) -> String {
-        let pairs: Vec<(&str, &str)> = [
-            ("since", self.since.as_str()),
-            ("until", self.until.as_str()),
-            ("principal", self.principal.as_str()),
-            ("action", self.action.as_str()),
-            ("session", self.session.as_str()),
-            ("outcome", self.outcome.as_str()),
-            ("page", page),
-        ]
-        .into_iter()
-        .filter(|(_, v)| !v.is_empty())
-        .collect();
-        let qs = serde_urlencoded::to_string(pairs).unwrap_or_default();
-        if qs.is_empty() {
-            "/audit".into()
-        } else {
-            format!("/audit?{qs}")
-        }
+        views::query_url(
+            "/audit",
+            &[
+                ("since", self.since.as_str()),
+                ("until", self.until.as_str()),
+                ("principal", self.principal.as_str()),
+                ("action", self.action.as_str()),
+                ("session", self.session.as_str()),
+                ("outcome", self.outcome.as_str()),
+                ("page", page),
+            ],
+        )
     }
 }
 
@@ -389,18 +383,9 @@ pub async fn export(ctx: Ctx) -> Response {
 
 /// Whether a receipt's signature is this server's.
 fn signature_ok(ctx: &Ctx, r: &ReceiptRecord) -> bool {
-    let signed = Signed {
-        id: r.id.as_str(),
-        target_id: &r.target_id,
-        reason: &r.reason,
-        requested_by: &r.requested_by,
-        deleted_ms: r.deleted_ms,
-        deleted_payload_ids: r.deleted_payload_ids.iter().map(|p| p.as_str()).collect(),
-        bytes_deleted: r.bytes_deleted,
-        content_sha256: r.content_sha256.iter().map(String::as_str).collect(),
-        removed: &r.removed,
-    };
-    ctx.app.service.receipt_signature_ok(&signed, &r.signature)
+    ctx.app
+        .service
+        .receipt_signature_ok(&Signed::from(r), &r.signature)
 }
 
 /// A receipt in the API's JSON form (what the CLI prints with `--json`,
@@ -444,18 +429,7 @@ fn receipt_from_json(text: &str) -> Result<ReceiptRecord, String> {
         deleted_payload_ids,
         bytes_deleted: m.bytes_deleted,
         content_sha256: m.content_sha256,
-        removed: m
-            .removed
-            .into_iter()
-            .map(|i| RemovedItem {
-                kind: i.kind,
-                id: i.id,
-                session_id: i.session_id,
-                content_sha256: i.content_sha256,
-                bytes: i.bytes,
-                because: i.because,
-            })
-            .collect(),
+        removed: m.removed.into_iter().map(RemovedItem::from).collect(),
         signature: m.signature,
     })
 }
@@ -540,16 +514,8 @@ pub async fn receipt(ctx: Ctx, Query(q): Query<ReceiptQuery>) -> Response {
         let body = receipt_forms(&ctx, "", "");
         return ctx.page(Section::Audit, "Receipts", body);
     }
-    if id.len() > 128 {
-        return ctx.page_with(
-            StatusCode::NOT_FOUND,
-            Section::Audit,
-            "Not found",
-            views::notice(
-                "error",
-                "No such receipt: the ID is longer than any this server makes.",
-            ),
-        );
+    if id.len() > super::ctx::MAX_ID {
+        return ctx.id_too_long(Section::Audit, "receipt");
     }
     let lookup = if id.starts_with("rcpt_") {
         ReceiptLookup::parse(&id, "")

@@ -16,6 +16,9 @@ use crate::auth::TokenTable;
 use crate::error::ApiError;
 use crate::service::Service;
 
+/// Longest ID the console looks up: longer than any this server makes.
+pub const MAX_ID: usize = 128;
+
 /// The last verification of a tenant's audit chain seen by this console.
 #[derive(Debug, Clone)]
 pub struct Verification {
@@ -97,6 +100,20 @@ impl Ctx {
     /// A full page in this user's frame.
     pub fn page(&self, section: Section, title: &str, body: Markup) -> Response {
         self.page_with(StatusCode::OK, section, title, body)
+    }
+
+    /// The 404 page for an ID longer than [`MAX_ID`]: no `what` (a
+    /// session, a receipt) can have it.
+    pub fn id_too_long(&self, section: Section, what: &str) -> Response {
+        self.page_with(
+            StatusCode::NOT_FOUND,
+            section,
+            "Not found",
+            views::notice(
+                "error",
+                &format!("No such {what}: the ID is longer than any this server makes."),
+            ),
+        )
     }
 
     /// [`Ctx::page`] with a status.

@@ -404,16 +404,8 @@ pub async fn update(ctx: Ctx, axum::Form(form): axum::Form<Submitted>) -> Respon
 /// GET /policy?session=…: a session's effective policy, and for each
 /// value the level it comes from (server, tenant or session).
 async fn session_policy(ctx: &Ctx, level: &PolicyOverrides, id: &str) -> Response {
-    if id.len() > 128 {
-        return ctx.page_with(
-            StatusCode::NOT_FOUND,
-            Section::Policy,
-            "Not found",
-            views::notice(
-                "error",
-                "No such session: the ID is longer than any this server makes.",
-            ),
-        );
+    if id.len() > super::ctx::MAX_ID {
+        return ctx.id_too_long(Section::Policy, "session");
     }
     let (service, p) = ctx.service();
     let target = PolicyTarget::Session(id.to_owned());
@@ -431,25 +423,39 @@ async fn session_policy(ctx: &Ctx, level: &PolicyOverrides, id: &str) -> Respons
     let body = html! {
         section class="card" aria-labelledby="eff-h" {
             h2 id="eff-h" { "Effective policy of session " code { (id) } }
-            table {
-                caption { "Each value, and the level it comes from" }
-                thead { tr { th scope="col" { "Field" } th scope="col" { "Effective" } th scope="col" { "Source" } th scope="col" { "Server default" } th scope="col" { "Tenant" } } }
-                tbody {
-                    @for (name, label, _, _) in FIELDS {
-                        tr {
-                            th scope="row" { (label) }
-                            td data-field=(name) { (shown(&effective, name)) }
-                            td data-source=(name) { (source(&server, level, &effective, name)) }
-                            td { (shown(&server, name)) }
-                            td { (level_shown(level, name).unwrap_or_else(|| "—".into())) }
-                        }
-                    }
-                }
-            }
+            (effective_table(&server, level, &effective, true))
             p { a href=(format!("/sessions/{id}")) { "Back to the session" } " " a href="/policy" { "The tenant policy" } }
         }
     };
     ctx.page(Section::Policy, "Session policy", body)
+}
+
+/// Each field's effective value, the level it comes from, the server
+/// default and the tenant's value. The session page (`session`) marks each
+/// source cell with `data-source`; the tenant page marks locked fields.
+fn effective_table(
+    server: &Policy,
+    level: &PolicyOverrides,
+    effective: &Policy,
+    session: bool,
+) -> Markup {
+    html! {
+        table {
+            caption { "Each value, and the level it comes from" }
+            thead { tr { th scope="col" { "Field" } th scope="col" { "Effective" } th scope="col" { "Source" } th scope="col" { "Server default" } th scope="col" { "Tenant" } } }
+            tbody {
+                @for (name, label, _, _) in FIELDS {
+                    tr {
+                        th scope="row" { (label) @if !session && level.locked { " " span class="badge" { "locked" } } }
+                        td data-field=(name) { (shown(effective, name)) }
+                        td data-source=[session.then_some(name)] { (source(server, level, effective, name)) }
+                        td { (shown(server, name)) }
+                        td { (level_shown(level, name).unwrap_or_else(|| "—".into())) }
+                    }
+                }
+            }
+        }
+    }
 }
 
 fn render(
@@ -478,21 +484,7 @@ fn render(
         }
         section class="card" aria-labelledby="eff-h" {
             h2 id="eff-h" { "Effective tenant policy" }
-            table {
-                caption { "Each value, and the level it comes from" }
-                thead { tr { th scope="col" { "Field" } th scope="col" { "Effective" } th scope="col" { "Source" } th scope="col" { "Server default" } th scope="col" { "Tenant" } } }
-                tbody {
-                    @for (name, label, _, _) in FIELDS {
-                        tr {
-                            th scope="row" { (label) @if level.locked { " " span class="badge" { "locked" } } }
-                            td data-field=(name) { (shown(&effective, name)) }
-                            td { (source(&server, level, &effective, name)) }
-                            td { (shown(&server, name)) }
-                            td { (level_shown(level, name).unwrap_or_else(|| "—".into())) }
-                        }
-                    }
-                }
-            }
+            (effective_table(&server, level, &effective, false))
         }
         @if can_edit {
             (edit_form(ctx, level, form, &bad_field, &bad_text))

@@ -26,7 +26,6 @@ const PAYLOADS: u32 = 1000;
 /// Bytes of content the payload page shows at most.
 const CONTENT_BYTES: u64 = 16 << 10;
 /// Longest ID accepted in a path.
-const MAX_ID: usize = 128;
 /// Longest filter value accepted.
 const MAX_FILTER: usize = 256;
 
@@ -116,26 +115,18 @@ impl Filters {
 
     /// The query string of these filters on another page.
     fn url(&self, page: &str) -> String {
-        let mut f = self.clone();
-        f.page = page.to_owned();
-        let pairs: Vec<(&str, &str)> = [
-            ("state", f.state.as_str()),
-            ("owner", f.owner.as_str()),
-            ("q", f.q.as_str()),
-            ("label", f.label.as_str()),
-            ("expires", f.expires.as_str()),
-            ("hold", f.hold.as_str()),
-            ("page", f.page.as_str()),
-        ]
-        .into_iter()
-        .filter(|(_, v)| !v.is_empty())
-        .collect();
-        let qs = serde_urlencoded::to_string(pairs).unwrap_or_default();
-        if qs.is_empty() {
-            "/sessions".into()
-        } else {
-            format!("/sessions?{qs}")
-        }
+        views::query_url(
+            "/sessions",
+            &[
+                ("state", self.state.as_str()),
+                ("owner", self.owner.as_str()),
+                ("q", self.q.as_str()),
+                ("label", self.label.as_str()),
+                ("expires", self.expires.as_str()),
+                ("hold", self.hold.as_str()),
+                ("page", page),
+            ],
+        )
     }
 }
 
@@ -241,19 +232,11 @@ pub async fn list(ctx: Ctx, Query(f): Query<Filters>) -> Response {
 }
 
 fn id_ok(id: &str) -> bool {
-    id.len() <= MAX_ID
+    id.len() <= super::ctx::MAX_ID
 }
 
 fn too_long(ctx: &Ctx) -> Response {
-    ctx.page_with(
-        StatusCode::NOT_FOUND,
-        Section::Sessions,
-        "Not found",
-        views::notice(
-            "error",
-            "No such session: the ID is longer than any this server makes.",
-        ),
-    )
+    ctx.id_too_long(Section::Sessions, "session")
 }
 
 /// GET /sessions/{id}.
@@ -402,17 +385,23 @@ pub struct HoldForm {
     reason: String,
 }
 
+/// A form POST's checks before any work: its CSRF token, and an ID no
+/// longer than any this server makes.
+fn post_refusal(ctx: &Ctx, csrf: &str, id: &str) -> Option<Response> {
+    if let Some(r) = ctx.csrf_refusal(csrf) {
+        return Some(r);
+    }
+    (!id_ok(id)).then(|| too_long(ctx))
+}
+
 /// POST /sessions/{id}/hold.
 pub async fn hold(
     ctx: Ctx,
     Path(id): Path<String>,
     axum::Form(f): axum::Form<HoldForm>,
 ) -> Response {
-    if let Some(r) = ctx.csrf_refusal(&f.csrf) {
+    if let Some(r) = post_refusal(&ctx, &f.csrf, &id) {
         return r;
-    }
-    if !id_ok(&id) {
-        return too_long(&ctx);
     }
     let (service, p) = ctx.service();
     match service
@@ -479,11 +468,8 @@ pub async fn delete(
     Path(id): Path<String>,
     axum::Form(f): axum::Form<DeleteForm>,
 ) -> Response {
-    if let Some(r) = ctx.csrf_refusal(&f.csrf) {
+    if let Some(r) = post_refusal(&ctx, &f.csrf, &id) {
         return r;
-    }
-    if !id_ok(&id) {
-        return too_long(&ctx);
     }
     let (service, p) = ctx.service();
     match service

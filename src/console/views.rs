@@ -61,7 +61,7 @@ pub fn page(title: &str, chrome: Option<&Chrome<'_>>, body: Markup) -> Markup {
                     @if let Some(c) = chrome {
                         (nav(c))
                         div class="who" {
-                            span { (c.principal) " · tenant " (c.tenant) " · " (roles(c.roles)) }
+                            span { (c.principal) " · tenant " (c.tenant) " · " (Role::names(c.roles)) }
                             form method="post" action="/signout" class="inline" {
                                 input type="hidden" name="csrf" value=(c.csrf);
                                 button type="submit" class="link" { "Sign out" }
@@ -76,14 +76,6 @@ pub fn page(title: &str, chrome: Option<&Chrome<'_>>, body: Markup) -> Markup {
             }
         }
     }
-}
-
-fn roles(roles: &[Role]) -> String {
-    roles
-        .iter()
-        .map(|r| r.name())
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 fn nav(c: &Chrome<'_>) -> Markup {
@@ -168,6 +160,17 @@ pub fn time(ms: crate::clock::Millis) -> String {
         .to_string()
 }
 
+/// `path`, with the pairs whose value is not empty as its query string.
+pub fn query_url(path: &str, pairs: &[(&str, &str)]) -> String {
+    let set: Vec<_> = pairs.iter().filter(|(_, v)| !v.is_empty()).collect();
+    let qs = serde_urlencoded::to_string(set).unwrap_or_default();
+    if qs.is_empty() {
+        path.to_owned()
+    } else {
+        format!("{path}?{qs}")
+    }
+}
+
 /// Cuts `s` to at most `max` chars, saying so.
 pub fn cut(s: &str, max: usize) -> String {
     match s.char_indices().nth(max) {
@@ -180,14 +183,24 @@ pub fn cut(s: &str, max: usize) -> String {
 mod tests {
     use super::*;
 
+    /// The frame of principal `a` of tenant `t` with these roles.
+    fn chrome(roles: &[Role], section: Section) -> Chrome<'_> {
+        Chrome {
+            principal: "a",
+            tenant: "t",
+            roles,
+            csrf: "c",
+            section,
+        }
+    }
+
     #[test]
     fn interpolated_text_is_escaped_and_never_markup() {
         let chrome = Chrome {
             principal: "<script>alert(1)</script>",
             tenant: "\"><img src=x onerror=alert(1)>",
-            roles: &[Role::Compliance],
             csrf: "\"><b>",
-            section: Section::Overview,
+            ..chrome(&[Role::Compliance], Section::Overview)
         };
         let out = page("<i>t</i>", Some(&chrome), html! { p { "x" } }).into_string();
         assert!(!out.contains("<script>alert"), "{out}");
@@ -198,13 +211,7 @@ mod tests {
 
     #[test]
     fn only_sections_the_access_table_allows_are_linked() {
-        let agent = Chrome {
-            principal: "a",
-            tenant: "t",
-            roles: &[Role::Agent],
-            csrf: "c",
-            section: Section::Sessions,
-        };
+        let agent = chrome(&[Role::Agent], Section::Sessions);
         let out = page("x", Some(&agent), html! {}).into_string();
         assert!(out.contains("href=\"/sessions\""));
         assert!(!out.contains("href=\"/audit\""));

@@ -152,12 +152,7 @@ pub fn detect(content: &[u8], content_type: &str) -> Kind {
 }
 
 fn from_content_type(content_type: &str, text: &str) -> Option<Kind> {
-    let essence = content_type
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
+    let essence = crate::text::essence(content_type);
     Some(match essence.as_str() {
         "application/x-ndjson"
         | "application/ndjson"

@@ -203,13 +203,7 @@ mod tests {
 
     #[test]
     fn a_bounded_prefix_gives_a_lower_bound() {
-        let big: String = format!(
-            "[{}]",
-            (0..10_000)
-                .map(|i| format!("{{\"id\":{i}}}"))
-                .collect::<Vec<_>>()
-                .join(",")
-        );
+        let big: String = crate::testing::json_array(10_000, |i| format!("{{\"id\":{i}}}"));
         let s = scan(big.as_bytes(), 4096).unwrap();
         assert!(!s.exact);
         assert!(s.count > 100 && s.count < 10_000, "{}", s.count);

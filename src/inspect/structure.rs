@@ -299,18 +299,28 @@ struct TextStats {
     current_sample: Vec<u8>,
 }
 
-impl TextStats {
+/// A statistic of a stream's lines, fed in chunks: [`Lines::update`] cuts
+/// each chunk at its newlines.
+trait Lines {
+    /// More of the current line.
+    fn part(&mut self, part: &[u8]);
+    /// The current line ended.
+    fn end_line(&mut self);
+
+    /// Feeds the next chunk of the stream.
     fn update(&mut self, chunk: &[u8]) {
         let mut start = 0;
         for nl in memchr::memchr_iter(b'\n', chunk) {
-            self.extend(&chunk[start..nl]);
+            self.part(&chunk[start..nl]);
             self.end_line();
             start = nl + 1;
         }
-        self.extend(&chunk[start..]);
+        self.part(&chunk[start..]);
     }
+}
 
-    fn extend(&mut self, part: &[u8]) {
+impl Lines for TextStats {
+    fn part(&mut self, part: &[u8]) {
         self.current_chars += bytecount::num_chars(part) as u64;
         if self.samples.len() < SAMPLE_LINES && self.current_sample.len() < SAMPLE_CHARS * 4 {
             let room = SAMPLE_CHARS * 4 - self.current_sample.len();
@@ -333,7 +343,9 @@ impl TextStats {
         self.current_chars = 0;
         self.current_sample.clear();
     }
+}
 
+impl TextStats {
     fn finish(mut self) -> TextStructure {
         if self.current_chars > 0 || !self.current_sample.is_empty() {
             self.end_line();
@@ -756,18 +768,8 @@ struct NdjsonStats {
     fields: Fields,
 }
 
-impl NdjsonStats {
-    fn update(&mut self, chunk: &[u8]) {
-        let mut start = 0;
-        for nl in memchr::memchr_iter(b'\n', chunk) {
-            self.push(&chunk[start..nl]);
-            self.end_line();
-            start = nl + 1;
-        }
-        self.push(&chunk[start..]);
-    }
-
-    fn push(&mut self, part: &[u8]) {
+impl Lines for NdjsonStats {
+    fn part(&mut self, part: &[u8]) {
         if self.sampled >= SAMPLED_RECORDS {
             // Past the sample only whether the line is blank matters.
             if self.line.is_empty() && part.iter().any(|b| !b.is_ascii_whitespace()) {
@@ -807,7 +809,9 @@ impl NdjsonStats {
         self.line.clear();
         self.oversized = false;
     }
+}
 
+impl NdjsonStats {
     fn finish(mut self) -> JsonStructure {
         if !self.line.is_empty() || self.oversized {
             self.end_line();
@@ -1008,13 +1012,7 @@ mod tests {
     #[test]
     fn fields_come_from_a_bounded_sample_while_every_record_is_counted() {
         let n = SAMPLED_RECORDS + 500;
-        let json = format!(
-            "[{}]",
-            (0..n)
-                .map(|i| format!("{{\"i\":{i}}}"))
-                .collect::<Vec<_>>()
-                .join(",")
-        );
+        let json = crate::testing::json_array(n, |i| format!("{{\"i\":{i}}}"));
         let s = inspect(json.as_bytes(), "");
         let j = s.json.as_ref().unwrap();
         assert_eq!((j.record_count, j.sampled_records), (n, SAMPLED_RECORDS));
@@ -1032,13 +1030,7 @@ mod tests {
 
     #[test]
     fn chunk_boundaries_do_not_change_the_answer() {
-        let json = format!(
-            "[{}]",
-            (0..5000)
-                .map(|i| format!("{{\"k\":\"v,{i}]\\\"\"}}"))
-                .collect::<Vec<_>>()
-                .join(",")
-        );
+        let json = crate::testing::json_array(5000, |i| format!("{{\"k\":\"v,{i}]\\\"\"}}"));
         let whole = inspect(json.as_bytes(), "");
         assert_eq!(whole.json.as_ref().unwrap().record_count, 5000);
         assert_eq!(field(&whole, "k").present_count, 5000);

@@ -34,7 +34,26 @@ impl std::fmt::Debug for Backend {
     }
 }
 
+/// Backend methods that pass a whole request to one RPC and return its
+/// reply: `name(Request) -> Reply via client, "doc"`.
+macro_rules! unary {
+    ($($method:ident($req:ident) -> $reply:ident via $client:ident, $doc:literal;)+) => {$(
+        #[doc = $doc]
+        pub async fn $method(&self, req: proto::$req) -> Result<proto::$reply, tonic::Status> {
+            Ok(self.$client.clone().$method(req).await?.into_inner())
+        }
+    )+};
+}
+
 impl Backend {
+    unary! {
+        search(SearchRequest) -> SearchResponse via payloads, "Searches a session's payloads.";
+        read(ReadRequest) -> ReadResponse via payloads, "Reads part of a payload.";
+        exec(ExecRequest) -> ExecResult via codemode, "Runs a script.";
+        offload(OffloadRequest) -> OffloadResponse via payloads,
+            "One turn of results through the offload decision.";
+    }
+
     /// Connects with the CLI's settings (address, token, TLS).
     pub async fn connect(settings: &ClientSettings) -> anyhow::Result<Self> {
         let (channel, bearer) = connect(settings).await?;
@@ -113,27 +132,6 @@ impl Backend {
         Ok(self.payloads.clone().inspect(req).await?.into_inner())
     }
 
-    /// Searches a session's payloads.
-    pub async fn search(
-        &self,
-        req: proto::SearchRequest,
-    ) -> Result<proto::SearchResponse, tonic::Status> {
-        Ok(self.payloads.clone().search(req).await?.into_inner())
-    }
-
-    /// Reads part of a payload.
-    pub async fn read(
-        &self,
-        req: proto::ReadRequest,
-    ) -> Result<proto::ReadResponse, tonic::Status> {
-        Ok(self.payloads.clone().read(req).await?.into_inner())
-    }
-
-    /// Runs a script.
-    pub async fn exec(&self, req: proto::ExecRequest) -> Result<proto::ExecResult, tonic::Status> {
-        Ok(self.codemode.clone().exec(req).await?.into_inner())
-    }
-
     /// Recalls an archived original.
     pub async fn recall(
         &self,
@@ -145,14 +143,6 @@ impl Backend {
             key: key.to_owned(),
         };
         Ok(self.context.clone().recall(req).await?.into_inner())
-    }
-
-    /// One turn of results through the offload decision.
-    pub async fn offload(
-        &self,
-        req: proto::OffloadRequest,
-    ) -> Result<proto::OffloadResponse, tonic::Status> {
-        Ok(self.payloads.clone().offload(req).await?.into_inner())
     }
 
     /// Streams `data` into a payload, chunk by chunk, without copying it

@@ -81,6 +81,19 @@ struct BatchState {
     pending: Vec<Pending>,
 }
 
+impl BatchState {
+    /// One call in flight is done; the last one out takes the pending
+    /// results, to flush them.
+    fn leave(&mut self) -> Vec<Pending> {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        if self.in_flight == 0 {
+            std::mem::take(&mut self.pending)
+        } else {
+            Vec::new()
+        }
+    }
+}
+
 /// One connection's offloader.
 pub struct Offloader {
     backend: Backend,
@@ -109,12 +122,7 @@ impl Drop for InFlight {
             let Ok(mut s) = self.off.state.lock() else {
                 return;
             };
-            s.in_flight = s.in_flight.saturating_sub(1);
-            if s.in_flight == 0 {
-                std::mem::take(&mut s.pending)
-            } else {
-                Vec::new()
-            }
+            s.leave()
         };
         if !batch.is_empty() {
             let off = self.off.clone();
@@ -262,12 +270,7 @@ impl Offloader {
                 s.pending.push(Pending { result, tx });
                 rxs.push(rx);
             }
-            s.in_flight = s.in_flight.saturating_sub(1);
-            if s.in_flight == 0 {
-                std::mem::take(&mut s.pending)
-            } else {
-                Vec::new()
-            }
+            s.leave()
         };
         if !now.is_empty() {
             self.flush(now).await;

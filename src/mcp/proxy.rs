@@ -274,6 +274,40 @@ fn unexpected(method: &str) -> ErrorData {
     )
 }
 
+/// Server handler methods that pass a client's request on to the
+/// upstream as it is, when its reply carries nothing.
+macro_rules! relay_unit {
+    ($($method:ident($params:ty) => $request:ident;)+) => {$(
+        async fn $method(
+            &self,
+            request: $params,
+            context: RequestContext<RoleServer>,
+        ) -> Result<(), ErrorData> {
+            let req = ClientRequest::$request($request::new(request));
+            self.forward_plain(req, &context).await.map(|_| ())
+        }
+    )+};
+}
+
+/// Server handler methods that pass a client's request on to the
+/// upstream as it is (`$build` makes the request of the parameters), with
+/// the one reply each expects.
+macro_rules! relay_replies {
+    ($($method:ident($params:ty) -> $reply:ident via $request:ident($build:path), $what:literal;)+) => {$(
+        async fn $method(
+            &self,
+            request: $params,
+            context: RequestContext<RoleServer>,
+        ) -> Result<$reply, ErrorData> {
+            let req = ClientRequest::$request($build(request));
+            match self.forward_plain(req, &context).await? {
+                ServerResult::$reply(r) => Ok(r),
+                _ => Err(unexpected($what)),
+            }
+        }
+    )+};
+}
+
 #[allow(deprecated)]
 impl ServerHandler for Proxy {
     fn get_info(&self) -> ServerConfig {
@@ -308,6 +342,19 @@ impl ServerHandler for Proxy {
             .store(true, std::sync::atomic::Ordering::Relaxed);
         context.peer.set_peer_info(request.clone());
         self.negotiate_initialize(&request)
+    }
+
+    relay_unit! {
+        subscribe(SubscribeRequestParams) => SubscribeRequest;
+        unsubscribe(UnsubscribeRequestParams) => UnsubscribeRequest;
+        set_level(SetLevelRequestParams) => SetLevelRequest;
+    }
+
+    relay_replies! {
+        list_prompts(Option<PaginatedRequestParams>) -> ListPromptsResult
+            via ListPromptsRequest(opt), "prompts/list";
+        complete(CompleteRequestParams) -> CompleteResult
+            via CompleteRequest(CompleteRequest::new), "completion/complete";
     }
 
     async fn list_tools(
@@ -441,36 +488,6 @@ impl ServerHandler for Proxy {
         }
     }
 
-    async fn subscribe(
-        &self,
-        request: SubscribeRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<(), ErrorData> {
-        let req = ClientRequest::SubscribeRequest(SubscribeRequest::new(request));
-        self.forward_plain(req, &context).await.map(|_| ())
-    }
-
-    async fn unsubscribe(
-        &self,
-        request: UnsubscribeRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<(), ErrorData> {
-        let req = ClientRequest::UnsubscribeRequest(UnsubscribeRequest::new(request));
-        self.forward_plain(req, &context).await.map(|_| ())
-    }
-
-    async fn list_prompts(
-        &self,
-        request: Option<PaginatedRequestParams>,
-        context: RequestContext<RoleServer>,
-    ) -> Result<ListPromptsResult, ErrorData> {
-        let req = ClientRequest::ListPromptsRequest(opt(request));
-        match self.forward_plain(req, &context).await? {
-            ServerResult::ListPromptsResult(r) => Ok(r),
-            _ => Err(unexpected("prompts/list")),
-        }
-    }
-
     async fn get_prompt(
         &self,
         request: GetPromptRequestParams,
@@ -482,27 +499,6 @@ impl ServerHandler for Proxy {
             ServerResult::InputRequiredResult(r) => Ok(GetPromptResponse::InputRequired(r)),
             _ => Err(unexpected("prompts/get")),
         }
-    }
-
-    async fn complete(
-        &self,
-        request: CompleteRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<CompleteResult, ErrorData> {
-        let req = ClientRequest::CompleteRequest(CompleteRequest::new(request));
-        match self.forward_plain(req, &context).await? {
-            ServerResult::CompleteResult(r) => Ok(r),
-            _ => Err(unexpected("completion/complete")),
-        }
-    }
-
-    async fn set_level(
-        &self,
-        request: SetLevelRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<(), ErrorData> {
-        let req = ClientRequest::SetLevelRequest(SetLevelRequest::new(request));
-        self.forward_plain(req, &context).await.map(|_| ())
     }
 
     async fn ping(&self, context: RequestContext<RoleServer>) -> Result<(), ErrorData> {

@@ -444,19 +444,9 @@ impl Spiller {
                 }
                 State::Target { mut escape } => {
                     let rest = &seg[i..];
-                    match string_end(rest, &mut escape) {
-                        Some(j) => {
-                            self.sink.push(&rest[..j], true);
-                            i += j + 1;
-                            self.finish_value(out, true);
-                            self.state = State::Between;
-                        }
-                        None => {
-                            self.sink.push(rest, true);
-                            i = seg.len();
-                            self.state = State::Target { escape };
-                        }
-                    }
+                    // The string's bytes, without its closing quote.
+                    let end = string_end(rest, &mut escape).map(|j| (j, j + 1));
+                    i += self.spool_value(out, rest, end, true, State::Target { escape });
                 }
                 State::Raw {
                     mut depth,
@@ -489,24 +479,41 @@ impl Spiller {
                             _ => {}
                         }
                     }
-                    match end {
-                        Some(j) => {
-                            self.sink.push(&rest[..=j], false);
-                            i += j + 1;
-                            self.finish_value(out, false);
-                            self.state = State::Between;
-                        }
-                        None => {
-                            self.sink.push(rest, false);
-                            i = seg.len();
-                            self.state = State::Raw {
-                                depth,
-                                in_str,
-                                escape,
-                            };
-                        }
-                    }
+                    let end = end.map(|j| (j + 1, j + 1));
+                    let more = State::Raw {
+                        depth,
+                        in_str,
+                        escape,
+                    };
+                    i += self.spool_value(out, rest, end, false, more);
                 }
+            }
+        }
+    }
+
+    /// Spools more of the current value from `rest`. When the value ends
+    /// in `rest` (`end`: its bytes there, and the bytes read, its closing
+    /// quote too), finishes it and goes back between values; otherwise
+    /// spools all of `rest` and stays in `more`. Returns the bytes read.
+    fn spool_value(
+        &mut self,
+        out: &mut Vec<u8>,
+        rest: &[u8],
+        end: Option<(usize, usize)>,
+        quoted: bool,
+        more: State,
+    ) -> usize {
+        match end {
+            Some((taken, read)) => {
+                self.sink.push(&rest[..taken], quoted);
+                self.finish_value(out, quoted);
+                self.state = State::Between;
+                read
+            }
+            None => {
+                self.sink.push(rest, quoted);
+                self.state = more;
+                rest.len()
             }
         }
     }

@@ -501,8 +501,48 @@ fn relay_err(what: &str, e: rmcp::ServiceError) -> ErrorData {
     }
 }
 
+/// Client handler methods that pass an upstream's request on to the
+/// client as it is, with the client's reply or error.
+macro_rules! relay_requests {
+    ($($method:ident($params:ty) -> $reply:ty, $what:literal;)+) => {$(
+        async fn $method(
+            &self,
+            params: $params,
+            _context: RequestContext<RoleClient>,
+        ) -> Result<$reply, ErrorData> {
+            self.peer()?
+                .$method(params)
+                .await
+                .map_err(|e| relay_err($what, e))
+        }
+    )+};
+}
+
+/// Client handler methods that pass an upstream's notification on to the
+/// client as it is, when one is connected.
+macro_rules! relay_notifications {
+    ($($method:ident($params:ty) => $notify:ident;)+) => {$(
+        async fn $method(&self, params: $params, _context: NotificationContext<RoleClient>) {
+            if let Ok(p) = self.peer() {
+                let _ = p.$notify(params).await;
+            }
+        }
+    )+};
+}
+
 #[allow(deprecated)]
 impl ClientHandler for Relay {
+    relay_requests! {
+        create_message(CreateMessageRequestParams) -> CreateMessageResult, "sampling/createMessage";
+        create_elicitation(ElicitRequestParams) -> ElicitResult, "elicitation/create";
+    }
+
+    relay_notifications! {
+        on_cancelled(CancelledNotificationParam) => notify_cancelled;
+        on_logging_message(LoggingMessageNotificationParam) => notify_logging_message;
+        on_resource_updated(ResourceUpdatedNotificationParam) => notify_resource_updated;
+    }
+
     fn get_info(&self) -> ClientConfig {
         if let Some(c) = self.client.read().ok().and_then(|g| g.clone()) {
             return c;
@@ -518,17 +558,6 @@ impl ClientHandler for Relay {
         )
     }
 
-    async fn create_message(
-        &self,
-        params: CreateMessageRequestParams,
-        _context: RequestContext<RoleClient>,
-    ) -> Result<CreateMessageResult, ErrorData> {
-        self.peer()?
-            .create_message(params)
-            .await
-            .map_err(|e| relay_err("sampling/createMessage", e))
-    }
-
     async fn list_roots(
         &self,
         _context: RequestContext<RoleClient>,
@@ -537,27 +566,6 @@ impl ClientHandler for Relay {
             .list_roots()
             .await
             .map_err(|e| relay_err("roots/list", e))
-    }
-
-    async fn create_elicitation(
-        &self,
-        request: ElicitRequestParams,
-        _context: RequestContext<RoleClient>,
-    ) -> Result<ElicitResult, ErrorData> {
-        self.peer()?
-            .create_elicitation(request)
-            .await
-            .map_err(|e| relay_err("elicitation/create", e))
-    }
-
-    async fn on_cancelled(
-        &self,
-        params: CancelledNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        if let Ok(p) = self.peer() {
-            let _ = p.notify_cancelled(params).await;
-        }
     }
 
     async fn on_progress(
@@ -576,26 +584,6 @@ impl ClientHandler for Relay {
         params.progress_token = token;
         if let Ok(p) = self.peer() {
             let _ = p.notify_progress(params).await;
-        }
-    }
-
-    async fn on_logging_message(
-        &self,
-        params: LoggingMessageNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        if let Ok(p) = self.peer() {
-            let _ = p.notify_logging_message(params).await;
-        }
-    }
-
-    async fn on_resource_updated(
-        &self,
-        params: ResourceUpdatedNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        if let Ok(p) = self.peer() {
-            let _ = p.notify_resource_updated(params).await;
         }
     }
 
@@ -747,6 +735,22 @@ impl Upstream {
         }
     }
 
+    /// The MCP handshake with the upstream over `transport`, given 60 s;
+    /// or why it failed.
+    async fn handshake<T, E, A>(
+        &self,
+        transport: T,
+    ) -> Result<RunningService<RoleClient, Relay>, String>
+    where
+        T: rmcp::transport::IntoTransport<RoleClient, E, A>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        tokio::time::timeout(Duration::from_secs(60), self.relay.clone().serve(transport))
+            .await
+            .map_err(|_| "it did not answer initialize within 60 s".to_owned())?
+            .map_err(|e| format!("the MCP handshake failed: {e}"))
+    }
+
     async fn start(&self) -> Result<Running, UpstreamError> {
         self.starts.fetch_add(1, Ordering::Relaxed);
         let what = self.spec.to_string();
@@ -775,13 +779,7 @@ impl Upstream {
                 let reader = FrameGuard::new(stdout, self.cap, stats, self.spools.clone());
                 let transport = rmcp::transport::async_rw::AsyncRwTransport::new(reader, stdin)
                     .with_max_line_length(self.cap.saturating_add(EDGE * 4));
-                let service = tokio::time::timeout(
-                    Duration::from_secs(60),
-                    self.relay.clone().serve(transport),
-                )
-                .await
-                .map_err(|_| fail("it did not answer initialize within 60 s".into()))?
-                .map_err(|e| fail(format!("the MCP handshake failed: {e}")))?;
+                let service = self.handshake(transport).await.map_err(fail)?;
                 tracing::info!(pid = child.id().unwrap_or(0), "upstream started");
                 Ok(Running {
                     service,
@@ -798,13 +796,7 @@ impl Upstream {
                     );
                 config.max_sse_event_size = self.cap;
                 let transport = rmcp::transport::StreamableHttpClientTransport::from_config(config);
-                let service = tokio::time::timeout(
-                    Duration::from_secs(60),
-                    self.relay.clone().serve(transport),
-                )
-                .await
-                .map_err(|_| fail("it did not answer initialize within 60 s".into()))?
-                .map_err(|e| fail(format!("the MCP handshake failed: {e}")))?;
+                let service = self.handshake(transport).await.map_err(fail)?;
                 Ok(Running {
                     service,
                     child: None,

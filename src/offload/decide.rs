@@ -83,12 +83,15 @@ mod tests {
             .collect()
     }
 
+    /// The dispositions of results of these sizes (threshold 6000), under
+    /// an aggregate of 10 000, with notices of 300 tokens.
+    fn decided(tokens: &[u64]) -> Vec<Disposition> {
+        decide(&items(tokens), 10_000, |_| 300)
+    }
+
     #[test]
     fn all_under_threshold_stays_inline() {
-        assert_eq!(
-            decide(&items(&[100, 2000, 3000]), 10_000, |_| 300),
-            vec![I, I, I]
-        );
+        assert_eq!(decided(&[100, 2000, 3000]), vec![I, I, I]);
     }
 
     #[test]
@@ -103,32 +106,26 @@ mod tests {
 
     #[test]
     fn one_giant_is_offloaded_per_call() {
-        assert_eq!(
-            decide(&items(&[200, 50_000, 300]), 10_000, |_| 300),
-            vec![I, P, I]
-        );
+        assert_eq!(decided(&[200, 50_000, 300]), vec![I, P, I]);
     }
 
     #[test]
     fn four_medium_results_pass_per_call_but_trip_the_aggregate() {
         // 4 × 4000 = 16 000 ≥ 10 000: offload the largest until under.
-        let d = decide(&items(&[4000, 4100, 3900, 4000]), 10_000, |_| 300);
+        let d = decided(&[4000, 4100, 3900, 4000]);
         assert_eq!(d, vec![A, A, I, I]);
         // After: 300 + 300 + 3900 + 4000 = 8500 < 10 000.
     }
 
     #[test]
     fn ties_offload_the_earliest_first() {
-        assert_eq!(
-            decide(&items(&[4000, 4000, 4000]), 10_000, |_| 300),
-            vec![A, I, I]
-        );
+        assert_eq!(decided(&[4000, 4000, 4000]), vec![A, I, I]);
     }
 
     #[test]
     fn exactly_at_a_threshold_counts_as_over() {
-        assert_eq!(decide(&items(&[6000]), 10_000, |_| 300), vec![P]);
-        assert_eq!(decide(&items(&[5000, 5000]), 10_000, |_| 300), vec![A, I]);
+        assert_eq!(decided(&[6000]), vec![P]);
+        assert_eq!(decided(&[5000, 5000]), vec![A, I]);
     }
 
     #[test]

@@ -23,14 +23,12 @@ pub enum Estimator {
 impl FromStr for Estimator {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "chars4" => Ok(Estimator::Chars4),
-            "o200k" => Ok(Estimator::O200k),
-            "cl100k" => Ok(Estimator::Cl100k),
-            other => Err(format!(
-                "estimator {other:?} is not one of chars4, o200k, cl100k"
-            )),
-        }
+        let names = [
+            ("chars4", Estimator::Chars4),
+            ("o200k", Estimator::O200k),
+            ("cl100k", Estimator::Cl100k),
+        ];
+        crate::text::one_of("estimator", s, &names)
     }
 }
 

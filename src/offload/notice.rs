@@ -263,18 +263,26 @@ mod tests {
         assert!(n.contains("combined limit of 10 000 tokens"), "{n}");
     }
 
-    #[test]
-    fn a_default_notice_is_under_600_tokens() {
+    /// The per-call notice for a JSON result with the structured preview,
+    /// and its size in tokens (chars / 4).
+    fn structured_notice(json: &str, f: &NoticeFacts<'_>) -> (String, u64) {
+        use crate::offload::estimate::{Estimator, estimate_text};
         use crate::offload::preview::{Style, build};
-        let json = format!("[{}]", (0..2000).map(|i| format!("{{\"id\":{i},\"title\":\"pull request number {i}\",\"user\":{{\"login\":\"someone\"}}}}")).collect::<Vec<_>>().join(","));
-        let f = facts();
         let preview = build(json.as_bytes(), "application/json", Style::Structured, None)
             .render(f.path, f.payload_id);
-        let n = render(&f, Why::PerCall(6000), &preview);
-        let tokens = crate::offload::estimate::estimate_text(
-            &n,
-            crate::offload::estimate::Estimator::Chars4,
-        );
+        let n = render(f, Why::PerCall(6000), &preview);
+        let tokens = estimate_text(&n, Estimator::Chars4);
+        (n, tokens)
+    }
+
+    #[test]
+    fn a_default_notice_is_under_600_tokens() {
+        let json = crate::testing::json_array(2000, |i| {
+            format!(
+                "{{\"id\":{i},\"title\":\"pull request number {i}\",\"user\":{{\"login\":\"someone\"}}}}"
+            )
+        });
+        let (n, tokens) = structured_notice(&json, &facts());
         assert!(tokens < 600, "{tokens} tokens:\n{n}");
     }
 
@@ -283,7 +291,6 @@ mod tests {
     /// cuts the key list; the fixed text grows only with the names).
     #[test]
     fn a_one_line_notice_of_wide_records_is_under_600_tokens() {
-        use crate::offload::preview::{Style, build};
         let record: String = (0..24)
             .map(|k| format!("\"a_rather_long_field_name_number_{k:02}_of_this_record\":{k}"))
             .collect::<Vec<_>>()
@@ -294,13 +301,7 @@ mod tests {
         f.path = "/payloads/github_list_prs-toolu_01A09q90qw90lq917835lq9.json";
         f.lines = 1;
         f.shape = Shape::OneLine;
-        let preview = build(json.as_bytes(), "application/json", Style::Structured, None)
-            .render(f.path, f.payload_id);
-        let n = render(&f, Why::PerCall(6000), &preview);
-        let tokens = crate::offload::estimate::estimate_text(
-            &n,
-            crate::offload::estimate::Estimator::Chars4,
-        );
+        let (n, tokens) = structured_notice(&json, &f);
         assert!(tokens < 600, "{tokens} tokens:\n{n}");
         assert!(n.contains("of 3 000 records"), "{n}");
         assert!(!n.contains("Read line ranges"), "{n}");
@@ -315,6 +316,27 @@ mod fixture {
     use super::*;
     use crate::offload::preview::{Style, build};
 
+    const ID: &str = "pl_0123456789abcdef0123456789abcdef";
+
+    /// The facts every sample shares; each sets its own tool, path,
+    /// lines, tokens, type and shape.
+    fn plain<'a>() -> NoticeFacts<'a> {
+        NoticeFacts {
+            tool_name: "",
+            tool_call_id: "",
+            is_error: false,
+            payload_id: ID,
+            path: "",
+            size: 0,
+            lines: 0,
+            tokens: (0, false),
+            content_type: "",
+            shape: Shape::Lines,
+        }
+    }
+
+    /// One notice of the fixture, for `content` (its size is the
+    /// content's) as `content_type`.
     fn sample(
         name: &str,
         content: &[u8],
@@ -323,6 +345,10 @@ mod fixture {
         why: Why,
         style: Style,
     ) -> String {
+        let facts = NoticeFacts {
+            size: content.len() as u64,
+            ..facts
+        };
         let preview =
             build(content, content_type, style, None).render(facts.path, facts.payload_id);
         format!("===== {name}\n{}\n", render(&facts, why, &preview))
@@ -330,22 +356,15 @@ mod fixture {
 
     #[test]
     fn notices_match_the_reviewed_fixture() {
-        let prs = format!(
-            "[{}]",
-            (0..900)
-                .map(|i| format!(
-                    "{{\"id\":{i},\"title\":\"Fix flaky test {i}\",\"state\":\"open\"}}"
-                ))
-                .collect::<Vec<_>>()
-                .join(",")
-        );
+        let prs = crate::testing::json_array(900, |i| {
+            format!("{{\"id\":{i},\"title\":\"Fix flaky test {i}\",\"state\":\"open\"}}")
+        });
         let log: String = (0..3000)
             .map(|i| format!("2026-11-30T10:00:00Z INFO request {i} served in 12 ms\n"))
             .collect();
         let trace: String = (0..500)
             .map(|i| format!("  File \"app.py\", line {i}, in handler\n"))
             .collect();
-        let id = "pl_0123456789abcdef0123456789abcdef";
         let mut out = String::new();
         out += &sample(
             "per-call, JSON array, structured",
@@ -354,14 +373,12 @@ mod fixture {
             NoticeFacts {
                 tool_name: "github_list_prs",
                 tool_call_id: "call_7",
-                is_error: false,
-                payload_id: id,
                 path: "/payloads/github_list_prs-call_7.json",
-                size: prs.len() as u64,
                 lines: 1,
                 tokens: ((prs.len() as u64).div_ceil(4), false),
                 content_type: "application/json",
                 shape: Shape::OneLine,
+                ..plain()
             },
             Why::PerCall(6000),
             Style::Structured,
@@ -373,14 +390,12 @@ mod fixture {
             NoticeFacts {
                 tool_name: "fetch_logs",
                 tool_call_id: "call_2",
-                is_error: false,
-                payload_id: id,
                 path: "/payloads/fetch_logs-call_2.txt",
-                size: log.len() as u64,
                 lines: 3000,
                 tokens: (4200, false),
                 content_type: "text/plain",
                 shape: Shape::Lines,
+                ..plain()
             },
             Why::Aggregate(10_000),
             Style::Lines,
@@ -393,13 +408,12 @@ mod fixture {
                 tool_name: "run_tests",
                 tool_call_id: "",
                 is_error: true,
-                payload_id: id,
                 path: "/payloads/run_tests.txt",
-                size: trace.len() as u64,
                 lines: 500,
                 tokens: (6100, true),
                 content_type: "text/plain; charset=utf-8",
                 shape: Shape::Lines,
+                ..plain()
             },
             Why::PerCall(6000),
             Style::Edges,
@@ -414,14 +428,12 @@ mod fixture {
             NoticeFacts {
                 tool_name: "fetch_artifact",
                 tool_call_id: "call_9",
-                is_error: false,
-                payload_id: id,
                 path: "/payloads/fetch_artifact-call_9.bin",
-                size: wasm.len() as u64,
                 lines: 795,
                 tokens: (40_000, false),
                 content_type: "application/octet-stream",
                 shape: Shape::Binary,
+                ..plain()
             },
             Why::PerCall(6000),
             Style::Structured,

@@ -32,14 +32,12 @@ pub enum Style {
 impl FromStr for Style {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "structured" => Ok(Style::Structured),
-            "edges" => Ok(Style::Edges),
-            "lines" => Ok(Style::Lines),
-            other => Err(format!(
-                "preview_style {other:?} is not one of structured, edges, lines"
-            )),
-        }
+        let names = [
+            ("structured", Style::Structured),
+            ("edges", Style::Edges),
+            ("lines", Style::Lines),
+        ];
+        crate::text::one_of("preview_style", s, &names)
     }
 }
 
@@ -310,6 +308,11 @@ fn line_count(content: &[u8]) -> u64 {
 mod tests {
     use super::*;
 
+    /// The default lines cut: a 4000-char head and a 1000-char tail.
+    fn lines_cut(text: &str) -> Cut<'_> {
+        cut_lines(text, 4000, 1000).unwrap()
+    }
+
     #[test]
     fn edges_keep_short_content_whole_and_cut_long_content() {
         assert_eq!(cut_edges(&"a".repeat(200), 100), None);
@@ -331,34 +334,28 @@ mod tests {
     fn lines_head_cuts_back_to_a_newline_past_half() {
         // Newline at char 3000 (past 2000): head ends there.
         let text = format!("{}\n{}", "a".repeat(3000), "b".repeat(10_000));
-        let c = cut_lines(&text, 4000, 1000).unwrap();
+        let c = lines_cut(&text);
         assert_eq!(c.head, "a".repeat(3000));
         // Newline at char 1000 (not past half): head keeps 4000 chars.
         let text = format!("{}\n{}", "a".repeat(1000), "b".repeat(10_000));
-        assert_eq!(
-            count_chars(cut_lines(&text, 4000, 1000).unwrap().head),
-            4000
-        );
+        assert_eq!(count_chars(lines_cut(&text).head), 4000);
     }
 
     #[test]
     fn lines_tail_starts_after_a_newline_in_its_first_half() {
         let text = format!("{}\n{}", "a".repeat(10_000), "z".repeat(700));
         // The tail's first 1000 chars hold a newline at 299 (< 500).
-        let c = cut_lines(&text, 4000, 1000).unwrap();
+        let c = lines_cut(&text);
         assert_eq!(c.tail, "z".repeat(700));
         let text = format!("{}\n{}", "a".repeat(10_000), "z".repeat(300));
         // Newline at 699 in the tail (not in the first half): tail kept whole.
-        assert_eq!(
-            count_chars(cut_lines(&text, 4000, 1000).unwrap().tail),
-            1000
-        );
+        assert_eq!(count_chars(lines_cut(&text).tail), 1000);
     }
 
     #[test]
     fn omitted_counts_add_up() {
         let text = "line of text\n".repeat(2000);
-        let c = cut_lines(&text, 4000, 1000).unwrap();
+        let c = lines_cut(&text);
         assert_eq!(
             count_chars(c.head) + count_chars(c.tail) + c.omitted,
             count_chars(&text)
@@ -394,15 +391,9 @@ mod tests {
 
     #[test]
     fn structured_json_array_gives_count_and_keys_and_says_it_is_cut() {
-        let json = format!(
-            "[{}]",
-            (0..500)
-                .map(|i| format!(
-                    "{{\"id\":{i},\"title\":\"pr {i}\",\"user\":{{\"login\":\"u\"}}}}"
-                ))
-                .collect::<Vec<_>>()
-                .join(",")
-        );
+        let json = crate::testing::json_array(500, |i| {
+            format!("{{\"id\":{i},\"title\":\"pr {i}\",\"user\":{{\"login\":\"u\"}}}}")
+        });
         let p = build(json.as_bytes(), "application/json", Style::Structured, None);
         let s = p.structure.clone().unwrap();
         assert!(
@@ -428,14 +419,10 @@ mod tests {
     /// the prefix it counted.
     #[test]
     fn structured_large_arrays_are_counted_exactly_and_huge_ones_name_the_prefix() {
-        let array = |n: usize, pad: usize| {
-            format!(
-                "[{}]",
-                (0..n)
-                    .map(|i| format!("{{\"id\":{i},\"p\":\"{}\"}}", "x".repeat(pad)))
-                    .collect::<Vec<_>>()
-                    .join(",")
-            )
+        let array = |n: u64, pad: usize| {
+            crate::testing::json_array(n, |i| {
+                format!("{{\"id\":{i},\"p\":\"{}\"}}", "x".repeat(pad))
+            })
         };
         let json = array(37_243, 70);
         assert!(json.len() > 3 << 20);

@@ -271,6 +271,35 @@ pub fn union(a: &[String], b: &[String]) -> Vec<String> {
         .collect()
 }
 
+/// Checks that `find` gives the matches `reference` does in `hay`, from
+/// `from` on to the last; returns how many there were.
+#[cfg(test)]
+fn agrees(
+    hay: &[u8],
+    mut from: usize,
+    find: impl Fn(&[u8], usize) -> Option<std::ops::Range<usize>>,
+    reference: impl Fn(&[u8], usize) -> Option<std::ops::Range<usize>>,
+) -> u64 {
+    let mut found = 0;
+    while let Some(m) = reference(hay, from) {
+        assert_eq!(
+            find(hay, from),
+            Some(m.clone()),
+            "{:?} from {from}",
+            String::from_utf8_lossy(hay)
+        );
+        found += 1;
+        from = m.end;
+    }
+    assert_eq!(
+        find(hay, from),
+        None,
+        "{:?} from {from}",
+        String::from_utf8_lossy(hay)
+    );
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -335,6 +335,19 @@ mod tests {
     /// Mixed text and binary with secrets: one across each zone start and
     /// each window end (at a random overlap, cycling through the secrets),
     /// and more at random. One key block is nearly `MAX_MATCH_LEN` long.
+    /// For each seed, its generator and a mixed input of `len` bytes drawn
+    /// from it.
+    fn mixed_inputs(
+        seeds: std::ops::Range<u64>,
+        len: usize,
+    ) -> impl Iterator<Item = (u64, StdRng, Vec<u8>)> {
+        seeds.map(move |seed| {
+            let mut rng = StdRng::seed_from_u64(seed);
+            let input = mixed(&mut rng, len);
+            (seed, rng, input)
+        })
+    }
+
     fn mixed(rng: &mut StdRng, len: usize) -> Vec<u8> {
         let secrets: Vec<Vec<u8>> = vec![
             pem(MAX_MATCH_LEN - 200),
@@ -412,9 +425,7 @@ mod tests {
     #[test]
     fn stream_equals_one_shot_for_random_chunkings_of_large_input() {
         let r = redactor(&ALL);
-        for seed in 0..6 {
-            let mut rng = StdRng::seed_from_u64(seed);
-            let input = mixed(&mut rng, 5 * WINDOW);
+        for (seed, mut rng, input) in mixed_inputs(0..6, 5 * WINDOW) {
             let (whole, counts) = r.redact(&input);
             for name in crate::redact::BUILTIN_NAMES {
                 assert!(counts.get(name) > 0, "{name}: {counts:?}");
@@ -440,9 +451,7 @@ mod tests {
     #[test]
     fn windows_find_every_match_up_to_max_match_len_as_whole_input_search_would() {
         let r = redactor(&ALL);
-        for seed in 10..14 {
-            let mut rng = StdRng::seed_from_u64(seed);
-            let input = mixed(&mut rng, 6 * WINDOW);
+        for (seed, _, input) in mixed_inputs(10..14, 6 * WINDOW) {
             assert!(
                 r.redact(&input).0.as_ref() == reference(&r, &input),
                 "seed {seed}"

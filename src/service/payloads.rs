@@ -116,6 +116,23 @@ pub struct SearchReply {
     pub note: String,
 }
 
+/// An audit event of `action` on `payload`: its session, ID and content
+/// hash.
+fn payload_event(action: &'static str, payload: &PayloadRecord) -> NewEvent {
+    NewEvent::new(action)
+        .session(&payload.session_id)
+        .payload(&payload.id)
+        .sha256(payload.sha256.clone())
+}
+
+impl SearchReply {
+    /// Marks the search as stopped early, for `why`.
+    fn stop_short(&mut self, why: String) {
+        self.truncated = true;
+        self.note = why;
+    }
+}
+
 /// A Read of one range.
 #[derive(Debug, Clone, Default)]
 pub struct ReadRequest {
@@ -374,10 +391,7 @@ impl Service {
         })
         .await?;
         tracing::info!(payload_id = %payload.id, detected = %structure.detected_type, "inspected");
-        let event = NewEvent::new(action::PAYLOAD_INSPECT)
-            .session(&payload.session_id)
-            .payload(&payload.id)
-            .sha256(payload.sha256.clone())
+        let event = payload_event(action::PAYLOAD_INSPECT, &payload)
             .detail(format!("type={}", structure.detected_type));
         self.audit(p, event).await?;
         Ok((payload, structure))
@@ -485,10 +499,7 @@ impl Service {
         });
         let store = self.store.clone();
         let (total_bytes, total_lines) = (payload.size, payload.line_count);
-        let event = NewEvent::new(action::PAYLOAD_READ)
-            .session(&payload.session_id)
-            .payload(&payload.id)
-            .sha256(payload.sha256.clone());
+        let event = payload_event(action::PAYLOAD_READ, &payload);
         let (sid, pid) = (payload.session_id.to_string(), payload.id.to_string());
         let out = blocking(move || store.read(&payload, spec, max_bytes)).await?;
         let preview = self.config.offload.preview_size();
@@ -547,10 +558,7 @@ impl Service {
                 }
             }
         });
-        let event = NewEvent::new(action::PAYLOAD_DOWNLOAD)
-            .session(&payload.session_id)
-            .payload(&payload.id)
-            .sha256(payload.sha256.clone())
+        let event = payload_event(action::PAYLOAD_DOWNLOAD, &payload)
             .detail(format!("bytes={}", payload.size));
         self.audit(p, event).await?;
         tracing::info!(payload_id = %payload.id, bytes = payload.size, "download started");
@@ -573,10 +581,7 @@ impl Service {
         }
         let store = self.store.clone();
         let (by, reason) = (p.id.clone(), reason.to_owned());
-        let event = NewEvent::new(action::PAYLOAD_DELETE)
-            .session(&payload.session_id)
-            .payload(&payload.id)
-            .sha256(payload.sha256.clone());
+        let event = payload_event(action::PAYLOAD_DELETE, &payload);
         let deleted = blocking(move || store.delete_payload(&payload.id, &by, &reason)).await;
         let receipt = self.audit_failure(p, event.clone(), deleted).await?;
         self.audit(p, event.detail(super::receipt_detail(&receipt)))
@@ -761,12 +766,11 @@ fn search_session(
             continue;
         }
         if std::time::Instant::now() >= deadline {
-            reply.truncated = true;
-            reply.note = format!(
+            reply.stop_short(format!(
                 "stopped at the {} s search time limit (limits.search_timeout) before {}; narrow the pattern or name fewer payloads",
                 timeout.as_secs_f32(),
                 p.id
-            );
+            ));
             break;
         }
         let file = store.open_payload(p)?.into_std();
@@ -785,35 +789,28 @@ fn search_session(
             payload_id: p.id.clone(),
             hit,
         }));
-        match stop {
-            Stop::Done => {}
-            Stop::Binary => skipped_binary.push(p.id.to_string()),
-            Stop::Cap => {
-                reply.truncated = true;
-                reply.note = format!(
-                    "stopped at max_matches ({max_matches}); narrow the pattern, name fewer payloads, or raise max_matches (ceiling {})",
-                    ceiling
-                );
-                break;
+        let why = match stop {
+            Stop::Done => continue,
+            Stop::Binary => {
+                skipped_binary.push(p.id.to_string());
+                continue;
             }
-            Stop::Bytes => {
-                reply.truncated = true;
-                reply.note = format!(
-                    "stopped at {} MiB of matched lines, the most one reply carries; narrow the pattern, lower context_lines or max_matches, or Read byte ranges around the matches' match_offset",
-                    crate::inspect::search::MAX_REPLY_BYTES >> 20
-                );
-                break;
-            }
-            Stop::Deadline => {
-                reply.truncated = true;
-                reply.note = format!(
-                    "stopped at the {} s search time limit (limits.search_timeout) while searching {}; narrow the pattern or name fewer payloads",
-                    timeout.as_secs_f32(),
-                    p.id
-                );
-                break;
-            }
-        }
+            Stop::Cap => format!(
+                "stopped at max_matches ({max_matches}); narrow the pattern, name fewer payloads, or raise max_matches (ceiling {})",
+                ceiling
+            ),
+            Stop::Bytes => format!(
+                "stopped at {} MiB of matched lines, the most one reply carries; narrow the pattern, lower context_lines or max_matches, or Read byte ranges around the matches' match_offset",
+                crate::inspect::search::MAX_REPLY_BYTES >> 20
+            ),
+            Stop::Deadline => format!(
+                "stopped at the {} s search time limit (limits.search_timeout) while searching {}; narrow the pattern or name fewer payloads",
+                timeout.as_secs_f32(),
+                p.id
+            ),
+        };
+        reply.stop_short(why);
+        break;
     }
     let mut notes = Vec::new();
     if !reply.note.is_empty() {

@@ -269,13 +269,28 @@ impl Drop for TempFile {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_large_temp_file_is_written_back_in_chunks_and_keeps_every_byte() {
-        let tmp = tempfile::tempdir().unwrap();
-        let store = BlobStore::open(tmp.path(), false).unwrap();
+    /// A blob store under `root` with one new session's directory.
+    fn new_session_dir(root: &Path) -> (SessionId, Arc<Dir>) {
+        let store = BlobStore::open(root, false).unwrap();
         let id = SessionId::generate();
         store.create_session_dir(&id).unwrap();
         let dir = store.session_dir(&id).unwrap();
+        (id, dir)
+    }
+
+    /// Writes `bytes` as the file `name` in `dir`, synced, as an upload
+    /// does.
+    fn persist(dir: &Arc<Dir>, name: &str, bytes: &[u8]) {
+        let mut t = TempFile::create(dir.clone()).unwrap();
+        t.write_all(bytes).unwrap();
+        t.sync().unwrap();
+        t.persist(name).unwrap();
+    }
+
+    #[test]
+    fn a_large_temp_file_is_written_back_in_chunks_and_keeps_every_byte() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (_, dir) = new_session_dir(tmp.path());
         // Three and a half chunks, streamed in uneven pieces (chunk ends
         // fall mid-piece) or written at once (as Offload does).
         let total = usize::try_from(WRITEBACK_CHUNK * 7 / 2).unwrap();
@@ -312,14 +327,8 @@ mod tests {
         // A sessions directory an older version left world-readable.
         std::fs::create_dir(&sessions).unwrap();
         std::fs::set_permissions(&sessions, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let store = BlobStore::open(tmp.path(), false).unwrap();
-        let id = SessionId::generate();
-        store.create_session_dir(&id).unwrap();
-        let dir = store.session_dir(&id).unwrap();
-        let mut t = TempFile::create(dir.clone()).unwrap();
-        t.write_all(b"someone's data").unwrap();
-        t.sync().unwrap();
-        t.persist("p.txt").unwrap();
+        let (id, dir) = new_session_dir(tmp.path());
+        persist(&dir, "p.txt", b"someone's data");
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&sessions), 0o700);
         assert_eq!(mode(&sessions.join(id.as_str())), 0o700);
@@ -329,18 +338,12 @@ mod tests {
     #[test]
     fn temp_file_vanishes_unless_persisted() {
         let tmp = tempfile::tempdir().unwrap();
-        let store = BlobStore::open(tmp.path(), false).unwrap();
-        let id = SessionId::generate();
-        store.create_session_dir(&id).unwrap();
-        let dir = store.session_dir(&id).unwrap();
+        let (_, dir) = new_session_dir(tmp.path());
         let mut t = TempFile::create(dir.clone()).unwrap();
         t.write_all(b"abandoned").unwrap();
         drop(t);
         assert!(list_names(&dir).unwrap().is_empty());
-        let mut t = TempFile::create(dir.clone()).unwrap();
-        t.write_all(b"kept").unwrap();
-        t.sync().unwrap();
-        t.persist("kept.txt").unwrap();
+        persist(&dir, "kept.txt", b"kept");
         assert_eq!(list_names(&dir).unwrap(), vec!["kept.txt".to_string()]);
         assert_eq!(dir.read("kept.txt").unwrap(), b"kept");
     }
@@ -348,10 +351,7 @@ mod tests {
     #[test]
     fn session_dirs_refuse_escaping_names() {
         let tmp = tempfile::tempdir().unwrap();
-        let store = BlobStore::open(tmp.path(), false).unwrap();
-        let id = SessionId::generate();
-        store.create_session_dir(&id).unwrap();
-        let dir = store.session_dir(&id).unwrap();
+        let (_, dir) = new_session_dir(tmp.path());
         assert!(dir.open("../../etc/passwd").is_err());
         assert!(dir.open("/etc/passwd").is_err());
     }

@@ -7,7 +7,7 @@
 //! closed session whose payloads are to go (`C`, `delete_on_close`). An
 //! entry that no longer matches its record is dropped.
 
-use std::ops::Bound;
+use std::ops::{Bound, ControlFlow};
 use std::time::Duration;
 
 use super::delete::{EXPIRY_CLOSE, Request, Target};
@@ -147,67 +147,61 @@ impl Store {
         tenant: &str,
         lifetimes: &dyn Fn(&SessionRecord) -> (Duration, Duration),
     ) -> Result<(u64, u64)> {
-        let prefix = keys::tenant_prefix(tenant);
-        let mut after: Option<Vec<u8>> = None;
         let (mut sessions, mut payloads) = (0, 0);
-        loop {
-            let page =
-                self.engine
-                    .scan_prefix(Tree::TenantSessions, &prefix, after.as_deref(), 256)?;
-            let done = page.len() < 256;
-            for (key, _) in page {
-                let id = SessionId::parse(&String::from_utf8_lossy(&key[prefix.len() + 8..]))
-                    .map_err(|e| StoreError::Invalid(e.to_string()))?;
-                after = Some(key);
-                let _guard = self.lock(&id)?;
-                let Some(mut s) = self.session_opt(&id)? else {
-                    continue;
-                };
-                let (retention, ttl) = lifetimes(&s);
-                let mut b = Batch::new();
-                let session_expires = clock::add(s.created_ms, ttl).min(s.expires_ms);
-                if session_expires < s.expires_ms {
-                    b.delete(
-                        Tree::Expiry,
-                        keys::expiry(s.expires_ms, keys::EXPIRY_SESSION, s.id.as_str()),
-                    )
-                    .put(
-                        Tree::Expiry,
-                        keys::expiry(session_expires, keys::EXPIRY_SESSION, s.id.as_str()),
-                        [],
+        let prefix = keys::tenant_prefix(tenant);
+        self.each_tenant_session(&prefix, None, |_, id| {
+            let _guard = self.lock(&id)?;
+            let Some(mut s) = self.session_opt(&id)? else {
+                return Ok(ControlFlow::<()>::Continue(()));
+            };
+            let (retention, ttl) = lifetimes(&s);
+            let mut b = Batch::new();
+            let session_expires = clock::add(s.created_ms, ttl).min(s.expires_ms);
+            if session_expires < s.expires_ms {
+                move_expiry(
+                    &mut b,
+                    keys::EXPIRY_SESSION,
+                    s.id.as_str(),
+                    s.expires_ms,
+                    session_expires,
+                );
+                s.expires_ms = session_expires;
+                b.put(Tree::Sessions, s.id.as_str(), records::encode(&s));
+                sessions += 1;
+            }
+            for mut p in self.session_payloads(&s.id)? {
+                let expires = clock::add(p.created_ms, retention)
+                    .min(session_expires)
+                    .min(p.expires_ms);
+                if expires < p.expires_ms {
+                    move_expiry(
+                        &mut b,
+                        keys::EXPIRY_PAYLOAD,
+                        p.id.as_str(),
+                        p.expires_ms,
+                        expires,
                     );
-                    s.expires_ms = session_expires;
-                    b.put(Tree::Sessions, s.id.as_str(), records::encode(&s));
-                    sessions += 1;
-                }
-                for mut p in self.session_payloads(&s.id)? {
-                    let expires = clock::add(p.created_ms, retention)
-                        .min(session_expires)
-                        .min(p.expires_ms);
-                    if expires < p.expires_ms {
-                        b.delete(
-                            Tree::Expiry,
-                            keys::expiry(p.expires_ms, keys::EXPIRY_PAYLOAD, p.id.as_str()),
-                        )
-                        .put(
-                            Tree::Expiry,
-                            keys::expiry(expires, keys::EXPIRY_PAYLOAD, p.id.as_str()),
-                            [],
-                        );
-                        p.expires_ms = expires;
-                        b.put(Tree::Payloads, p.id.as_str(), records::encode(&p));
-                        payloads += 1;
-                    }
-                }
-                if !b.is_empty() {
-                    self.engine.commit(&b)?;
+                    p.expires_ms = expires;
+                    b.put(Tree::Payloads, p.id.as_str(), records::encode(&p));
+                    payloads += 1;
                 }
             }
-            if done {
-                return Ok((sessions, payloads));
+            if !b.is_empty() {
+                self.engine.commit(&b)?;
             }
-        }
+            Ok(ControlFlow::Continue(()))
+        })?;
+        Ok((sessions, payloads))
     }
+}
+
+/// Moves the expiry entry of `id` (of `kind`) from `old` to `new`.
+fn move_expiry(b: &mut Batch, kind: u8, id: &str, old: Millis, new: Millis) {
+    b.delete(Tree::Expiry, keys::expiry(old, kind, id)).put(
+        Tree::Expiry,
+        keys::expiry(new, kind, id),
+        [],
+    );
 }
 
 /// Splits an expiry key into its time, kind and ID.

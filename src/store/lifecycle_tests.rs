@@ -37,8 +37,10 @@ fn postgres_for(dir: &Path, engine: EngineKind) -> Option<PostgresSettings> {
     Some(PostgresSettings::new(url))
 }
 
-fn open(dir: &Path, engine: EngineKind, clock: &ManualClock) -> Store {
-    let settings = StoreSettings {
+/// The tests' store settings: 1 MiB payloads, 24 h retention, 48 h
+/// sessions.
+fn settings(dir: &Path, engine: EngineKind) -> StoreSettings {
+    StoreSettings {
         engine,
         max_payload_bytes: 1 << 20,
         retention: 24 * HOUR,
@@ -46,10 +48,17 @@ fn open(dir: &Path, engine: EngineKind, clock: &ManualClock) -> Store {
         cache_bytes: engine::DEFAULT_CACHE_BYTES,
         postgres: postgres_for(dir, engine),
         objects: None,
-    };
-    open_with(dir, settings, clock, Arc::new(NoContentCache), &mut |_| {
-        Ok(())
-    })
+    }
+}
+
+fn open(dir: &Path, engine: EngineKind, clock: &ManualClock) -> Store {
+    open_with(
+        dir,
+        settings(dir, engine),
+        clock,
+        Arc::new(NoContentCache),
+        &mut |_| Ok(()),
+    )
     .0
 }
 
@@ -93,6 +102,49 @@ fn put(store: &Store, s: &SessionId, bytes: &[u8], meta: UploadMeta) -> Result<P
     let mut u = store.begin_upload(s, meta)?;
     u.write(bytes)?;
     u.finish()
+}
+
+/// Runs `test` on each engine, over a store in a fresh directory with
+/// its clock at `now_ms`.
+fn each_store(now_ms: Millis, test: impl Fn(&Store)) {
+    each_engine(|engine| {
+        let dir = tempfile::tempdir().unwrap();
+        test(&open(dir.path(), engine, &ManualClock::new(now_ms)));
+    });
+}
+
+/// Writes a record straight to the engine, as a step of the store would.
+fn put_record<T: serde::Serialize>(store: &Store, tree: Tree, key: &str, record: &T) {
+    store
+        .engine
+        .put(tree, key.as_bytes(), &records::encode(record))
+        .unwrap();
+}
+
+/// Stores `bytes` with no metadata.
+fn put_plain(store: &Store, s: &SessionId, bytes: &[u8]) -> PayloadRecord {
+    put(store, s, bytes, UploadMeta::default()).unwrap()
+}
+
+/// One step of the reaper, at the store's time.
+fn reap(store: &Store) -> ReapStep {
+    store
+        .reap_due(&lease(store), store.now_ms(), None, 64)
+        .unwrap()
+}
+
+/// Holds session `s` for `reason`, as carol.
+fn hold(store: &Store, s: &SessionId, reason: &str) {
+    store
+        .set_legal_hold(
+            s,
+            Some(LegalHold {
+                reason: reason.into(),
+                by: "carol".into(),
+                since_ms: 0,
+            }),
+        )
+        .unwrap();
 }
 
 fn derived(from: &PayloadRecord) -> UploadMeta {
@@ -170,7 +222,7 @@ fn deleting_a_payload_takes_what_derives_from_it_and_the_receipt_lists_everythin
         let dir = tempfile::tempdir().unwrap();
         let store = open(dir.path(), engine, &ManualClock::new(0));
         let s = session(&store);
-        let parent = put(&store, &s.id, b"parent bytes\n", UploadMeta::default()).unwrap();
+        let parent = put_plain(&store, &s.id, b"parent bytes\n");
         let output = put(&store, &s.id, b"output\n", derived(&parent)).unwrap();
         let grandchild = put(&store, &s.id, b"grandchild\n", derived(&output)).unwrap();
         let archive = put(
@@ -184,8 +236,8 @@ fn deleting_a_payload_takes_what_derives_from_it_and_the_receipt_lists_everythin
         )
         .unwrap();
         // A deduplicated copy keeps the bytes alive.
-        let copy = put(&store, &s.id, b"parent bytes\n", UploadMeta::default()).unwrap();
-        let bystander = put(&store, &s.id, b"unrelated\n", UploadMeta::default()).unwrap();
+        let copy = put_plain(&store, &s.id, b"parent bytes\n");
+        let bystander = put_plain(&store, &s.id, b"unrelated\n");
 
         let r = store
             .delete(&Request {
@@ -244,23 +296,12 @@ fn deleting_a_payload_takes_what_derives_from_it_and_the_receipt_lists_everythin
 
 #[test]
 fn derived_payloads_in_a_held_session_block_the_parents_deletion() {
-    each_engine(|engine| {
-        let dir = tempfile::tempdir().unwrap();
-        let store = open(dir.path(), engine, &ManualClock::new(0));
-        let parent_session = session(&store);
-        let child_session = session(&store);
-        let parent = put(&store, &parent_session.id, b"p\n", UploadMeta::default()).unwrap();
-        put(&store, &child_session.id, b"c\n", derived(&parent)).unwrap();
-        store
-            .set_legal_hold(
-                &child_session.id,
-                Some(LegalHold {
-                    reason: "litigation".into(),
-                    by: "carol".into(),
-                    since_ms: 0,
-                }),
-            )
-            .unwrap();
+    each_store(0, |store| {
+        let parent_session = session(store);
+        let child_session = session(store);
+        let parent = put_plain(store, &parent_session.id, b"p\n");
+        put(store, &child_session.id, b"c\n", derived(&parent)).unwrap();
+        hold(store, &child_session.id, "litigation");
         let err = store.delete_payload(&parent.id, "alice", "").unwrap_err();
         let StoreError::LegalHold { session, .. } = err else {
             panic!("expected the hold, got {err}");
@@ -278,34 +319,21 @@ fn the_reaper_deletes_what_expired_skips_held_sessions_and_finds_overdue_work_af
         let (held_id, kept_id, expired_id, expired_session) = {
             let store = open(dir.path(), engine, &clock);
             let s = session(&store);
-            let expired = put(&store, &s.id, b"old\n", UploadMeta::default()).unwrap();
+            let expired = put_plain(&store, &s.id, b"old\n");
             let held = session(&store);
-            let held_payload = put(&store, &held.id, b"held\n", UploadMeta::default()).unwrap();
-            store
-                .set_legal_hold(
-                    &held.id,
-                    Some(LegalHold {
-                        reason: "audit".into(),
-                        by: "carol".into(),
-                        since_ms: 0,
-                    }),
-                )
-                .unwrap();
+            let held_payload = put_plain(&store, &held.id, b"held\n");
+            hold(&store, &held.id, "audit");
             clock.advance(23 * HOUR);
-            let kept = put(&store, &s.id, b"new\n", UploadMeta::default()).unwrap();
+            let kept = put_plain(&store, &s.id, b"new\n");
             // Nothing is due yet.
-            let step = store
-                .reap_due(&lease(&store), store.now_ms(), None, 64)
-                .unwrap();
+            let step = reap(&store);
             assert!(step.receipts.is_empty());
             (held_payload.id, kept.id, expired.id, s.id)
         };
         // Down for two hours: the first payloads' 24 h retention passes.
         clock.advance(2 * HOUR);
         let store = open(dir.path(), engine, &clock);
-        let step = store
-            .reap_due(&lease(&store), store.now_ms(), None, 64)
-            .unwrap();
+        let step = reap(&store);
         assert_eq!(step.receipts.len(), 1, "{engine:?}");
         assert_eq!(step.receipts[0].target_id, expired_id.as_str());
         assert_eq!(step.receipts[0].requested_by, expiry::REAPER);
@@ -316,17 +344,13 @@ fn the_reaper_deletes_what_expired_skips_held_sessions_and_finds_overdue_work_af
         // Lifting the hold makes the held payload deletable.
         let held_session = store.payload(&held_id).unwrap().session_id;
         store.set_legal_hold(&held_session, None).unwrap();
-        let step = store
-            .reap_due(&lease(&store), store.now_ms(), None, 64)
-            .unwrap();
+        let step = reap(&store);
         assert_eq!(step.receipts.len(), 1);
         assert!(store.payload(&held_id).is_err());
 
         // The session TTL (48 h) takes the session and what is left in it.
         clock.advance(24 * HOUR);
-        let step = store
-            .reap_due(&lease(&store), store.now_ms(), None, 64)
-            .unwrap();
+        let step = reap(&store);
         assert!(
             step.receipts
                 .iter()
@@ -339,11 +363,9 @@ fn the_reaper_deletes_what_expired_skips_held_sessions_and_finds_overdue_work_af
 
 #[test]
 fn closing_with_delete_on_close_deletes_the_payloads_unless_held_then_the_reaper_does() {
-    each_engine(|engine| {
-        let dir = tempfile::tempdir().unwrap();
-        let store = open(dir.path(), engine, &ManualClock::new(5_000));
-        let s = session(&store);
-        let p = put(&store, &s.id, b"x\n", UploadMeta::default()).unwrap();
+    each_store(5_000, |store| {
+        let s = session(store);
+        let p = put_plain(store, &s.id, b"x\n");
         let (closed, receipt) = store.close_session(&s.id, true).unwrap();
         assert_eq!(closed.state, SessionState::Closed);
         let receipt = receipt.expect("deleted at close");
@@ -351,42 +373,19 @@ fn closing_with_delete_on_close_deletes_the_payloads_unless_held_then_the_reaper
         assert!(store.payload(&p.id).is_err());
         assert!(store.session(&s.id).is_ok(), "the closed session stays");
 
-        let held = session(&store);
-        let q = put(&store, &held.id, b"y\n", UploadMeta::default()).unwrap();
-        store
-            .set_legal_hold(
-                &held.id,
-                Some(LegalHold {
-                    reason: "r".into(),
-                    by: "carol".into(),
-                    since_ms: 0,
-                }),
-            )
-            .unwrap();
+        let held = session(store);
+        let q = put_plain(store, &held.id, b"y\n");
+        hold(store, &held.id, "r");
         let (_, receipt) = store.close_session(&held.id, true).unwrap();
         assert!(receipt.is_none());
-        assert_eq!(
-            store
-                .reap_due(&lease(&store), store.now_ms(), None, 64)
-                .unwrap()
-                .held,
-            1
-        );
+        assert_eq!(reap(store).held, 1);
         assert!(store.payload(&q.id).is_ok());
         store.set_legal_hold(&held.id, None).unwrap();
-        let step = store
-            .reap_due(&lease(&store), store.now_ms(), None, 64)
-            .unwrap();
+        let step = reap(store);
         assert_eq!(step.receipts.len(), 1);
         assert!(store.payload(&q.id).is_err());
         // Done: the pending entry is gone too.
-        assert!(
-            store
-                .reap_due(&lease(&store), store.now_ms(), None, 64)
-                .unwrap()
-                .receipts
-                .is_empty()
-        );
+        assert!(reap(store).receipts.is_empty());
     });
 }
 
@@ -398,8 +397,8 @@ fn a_deletion_interrupted_after_its_intent_is_finished_at_the_next_open() {
         let (s, gone, kept) = {
             let store = open(dir.path(), engine, &clock);
             let s = session(&store);
-            let gone = put(&store, &s.id, b"doomed\n", UploadMeta::default()).unwrap();
-            let kept = put(&store, &s.id, b"kept\n", UploadMeta::default()).unwrap();
+            let gone = put_plain(&store, &s.id, b"doomed\n");
+            let kept = put_plain(&store, &s.id, b"kept\n");
             // What step 2 of a deletion writes, then a "crash" before any
             // file goes: the intent alone.
             let intent = DeletionIntent {
@@ -409,14 +408,12 @@ fn a_deletion_interrupted_after_its_intent_is_finished_at_the_next_open() {
                 usage: vec![(s.id.clone(), gone.size, 1)],
                 expiry_keys: vec![],
             };
-            store
-                .engine
-                .put(
-                    Tree::DeletionIntents,
-                    intent.receipt_id.as_str().as_bytes(),
-                    &records::encode(&intent),
-                )
-                .unwrap();
+            put_record(
+                &store,
+                Tree::DeletionIntents,
+                intent.receipt_id.as_str(),
+                &intent,
+            );
             let receipt = ReceiptRecord {
                 id: intent.receipt_id.clone(),
                 target_id: gone.id.to_string(),
@@ -432,25 +429,10 @@ fn a_deletion_interrupted_after_its_intent_is_finished_at_the_next_open() {
                 removed: vec![],
                 signature: String::new(),
             };
-            store
-                .engine
-                .put(
-                    Tree::Receipts,
-                    receipt.id.as_str().as_bytes(),
-                    &records::encode(&receipt),
-                )
-                .unwrap();
+            put_record(&store, Tree::Receipts, receipt.id.as_str(), &receipt);
             (s, gone, kept)
         };
-        let settings = StoreSettings {
-            engine,
-            max_payload_bytes: 1 << 20,
-            retention: 24 * HOUR,
-            session_ttl: 48 * HOUR,
-            cache_bytes: engine::DEFAULT_CACHE_BYTES,
-            postgres: postgres_for(dir.as_ref(), engine),
-            objects: None,
-        };
+        let settings = settings(dir.path(), engine);
         let mut reported = Vec::new();
         let (store, report) = open_with(
             dir.path(),
@@ -503,15 +485,7 @@ fn freeing_bytes_forgets_their_cached_inspect_result_and_the_receipt_lists_it() 
     each_engine(|engine| {
         let dir = tempfile::tempdir().unwrap();
         let clock = ManualClock::new(0);
-        let settings = StoreSettings {
-            engine,
-            max_payload_bytes: 1 << 20,
-            retention: 24 * HOUR,
-            session_ttl: 48 * HOUR,
-            cache_bytes: engine::DEFAULT_CACHE_BYTES,
-            postgres: postgres_for(dir.as_ref(), engine),
-            objects: None,
-        };
+        let settings = settings(dir.path(), engine);
         let cache = Arc::new(Recording::default());
         let (store, _) = open_with(dir.path(), settings, &clock, cache.clone(), &mut |_| Ok(()));
         let s = session(&store);
@@ -544,7 +518,7 @@ fn usage_history_keeps_a_deleted_sessions_day_and_survives_a_reopen() {
         {
             let store = open(dir.path(), engine, &clock);
             let s = session(&store);
-            put(&store, &s.id, b"first day's bytes\n", UploadMeta::default()).unwrap();
+            put_plain(&store, &s.id, b"first day's bytes\n");
             assert_eq!(store.sample_usage(false).unwrap(), 1, "{engine:?}");
             // Not due again within the hour, unless forced.
             clock.advance(HOUR / 2);

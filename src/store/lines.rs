@@ -89,6 +89,12 @@ impl LineIndex {
     /// most one stride past it.
     pub fn anchor_for_line(&self, line: u64) -> Anchor {
         let k = self.lines.partition_point(|&l| l < line);
+        self.anchor_at(k)
+    }
+
+    /// The `k`th anchor: the start of the content, then the boundary after
+    /// each stride.
+    fn anchor_at(&self, k: usize) -> Anchor {
         if k == 0 {
             return Anchor {
                 offset: 0,
@@ -106,18 +112,7 @@ impl LineIndex {
     /// The anchor at or before byte `offset`, at most one stride before it.
     pub fn anchor_for_offset(&self, offset: u64) -> Anchor {
         let k = ((offset / STRIDE) as usize).min(self.lines.len());
-        if k == 0 {
-            return Anchor {
-                offset: 0,
-                line: 1,
-                at_line_start: true,
-            };
-        }
-        Anchor {
-            offset: k as u64 * STRIDE,
-            line: self.lines[k - 1],
-            at_line_start: false,
-        }
+        self.anchor_at(k)
     }
 }
 

@@ -42,6 +42,7 @@ mod sled_engine;
 
 use std::collections::BTreeMap;
 use std::io;
+use std::ops::ControlFlow;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -572,41 +573,59 @@ impl Store {
         keep: &dyn Fn(&SessionRecord) -> bool,
     ) -> Result<Page<SessionRecord>> {
         let prefix = keys::tenant_prefix(tenant);
-        let mut after = decode_token(page_token, &prefix)?;
+        let after = decode_token(page_token, &prefix)?;
         let mut items = Vec::new();
+        let next_token = self.each_tenant_session(&prefix, after, |key, id| {
+            match self.session(&id) {
+                Ok(s) if keep(&s) => items.push(s),
+                Ok(_) | Err(StoreError::NotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+            if items.len() < page_size {
+                return Ok(ControlFlow::Continue(()));
+            }
+            let more = !self
+                .engine
+                .scan_prefix(Tree::TenantSessions, &prefix, Some(key), 1)?
+                .is_empty();
+            Ok(ControlFlow::Break(if more {
+                hex::encode(&key[prefix.len()..])
+            } else {
+                String::new()
+            }))
+        })?;
+        Ok(Page {
+            items,
+            next_token: next_token.unwrap_or_default(),
+        })
+    }
+
+    /// Visits the sessions of a tenant (`prefix`, its
+    /// [`keys::tenant_prefix`]) in creation order, from after the key
+    /// `after`, in bounded batches: `visit` gets each entry's key and
+    /// session ID, until it breaks with a value (returned) or the sessions
+    /// run out (`None`).
+    fn each_tenant_session<T>(
+        &self,
+        prefix: &[u8],
+        mut after: Option<Vec<u8>>,
+        mut visit: impl FnMut(&[u8], SessionId) -> Result<ControlFlow<T>>,
+    ) -> Result<Option<T>> {
         loop {
             let batch =
                 self.engine
-                    .scan_prefix(Tree::TenantSessions, &prefix, after.as_deref(), 256)?;
+                    .scan_prefix(Tree::TenantSessions, prefix, after.as_deref(), 256)?;
             let exhausted = batch.len() < 256;
             for (key, _) in batch {
-                let id_bytes = &key[prefix.len() + 8..];
-                after = Some(key.clone());
-                let id = SessionId::parse(&String::from_utf8_lossy(id_bytes))
+                let id = SessionId::parse(&String::from_utf8_lossy(&key[prefix.len() + 8..]))
                     .map_err(|e| StoreError::Invalid(e.to_string()))?;
-                match self.session(&id) {
-                    Ok(s) if keep(&s) => items.push(s),
-                    Ok(_) | Err(StoreError::NotFound { .. }) => {}
-                    Err(e) => return Err(e),
+                if let ControlFlow::Break(t) = visit(&key, id)? {
+                    return Ok(Some(t));
                 }
-                if items.len() == page_size {
-                    let more = !self
-                        .engine
-                        .scan_prefix(Tree::TenantSessions, &prefix, Some(&key), 1)?
-                        .is_empty();
-                    let next_token = if more {
-                        hex::encode(&key[prefix.len()..])
-                    } else {
-                        String::new()
-                    };
-                    return Ok(Page { items, next_token });
-                }
+                after = Some(key);
             }
             if exhausted {
-                return Ok(Page {
-                    items,
-                    next_token: String::new(),
-                });
+                return Ok(None);
             }
         }
     }

@@ -31,12 +31,7 @@ pub fn sanitize(raw: &str, max: usize) -> String {
 
 /// The extension for a content type, if it has a well-known one.
 pub fn extension_for(content_type: &str) -> Option<&'static str> {
-    let essence = content_type
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
+    let essence = crate::text::essence(content_type);
     Some(match essence.as_str() {
         "application/json" => "json",
         "application/x-ndjson"
