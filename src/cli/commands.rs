@@ -40,6 +40,30 @@ struct Clients {
     policies: PoliciesClient<Svc>,
 }
 
+impl Clients {
+    /// Connects to the server `settings` name, with every call naming
+    /// `session` (when the command has one) for a balancer's hash.
+    async fn connect(settings: &ClientSettings, session: Option<&str>) -> anyhow::Result<Self> {
+        let (channel, bearer) = connect(settings).await?;
+        // Every call names the command's session, for a balancer's hash.
+        let bearer = bearer.for_session(session.unwrap_or_default())?;
+        Ok(Clients {
+            sessions: SessionsClient::with_interceptor(channel.clone(), bearer.clone()),
+            policies: PoliciesClient::with_interceptor(channel.clone(), bearer.clone()),
+            context: ContextClient::with_interceptor(channel.clone(), bearer.clone())
+                .max_decoding_message_size(256 << 20)
+                .max_encoding_message_size(256 << 20),
+            codemode: CodeModeClient::with_interceptor(channel.clone(), bearer.clone())
+                .max_decoding_message_size(64 << 20)
+                .max_encoding_message_size(64 << 20),
+            audit: AuditClient::with_interceptor(channel.clone(), bearer.clone())
+                .max_decoding_message_size(64 << 20),
+            payloads: PayloadsClient::with_interceptor(channel, bearer)
+                .max_decoding_message_size(64 << 20),
+        })
+    }
+}
+
 /// A call that failed below gRPC over a plaintext connection: say that the
 /// server may want TLS.
 fn plaintext_hint(e: anyhow::Error, settings: &ClientSettings) -> anyhow::Error {
@@ -84,28 +108,140 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
         data_dir.as_deref(),
         tls,
     )?;
-    let (channel, bearer) = connect(&settings).await?;
-    // Every call names the command's session, for a balancer's hash.
-    let bearer = bearer.for_session(cli.command.session().unwrap_or_default())?;
-    let mut c = Clients {
-        sessions: SessionsClient::with_interceptor(channel.clone(), bearer.clone()),
-        policies: PoliciesClient::with_interceptor(channel.clone(), bearer.clone()),
-        context: ContextClient::with_interceptor(channel.clone(), bearer.clone())
-            .max_decoding_message_size(256 << 20)
-            .max_encoding_message_size(256 << 20),
-        codemode: CodeModeClient::with_interceptor(channel.clone(), bearer.clone())
-            .max_decoding_message_size(64 << 20)
-            .max_encoding_message_size(64 << 20),
-        audit: AuditClient::with_interceptor(channel.clone(), bearer.clone())
-            .max_decoding_message_size(64 << 20),
-        payloads: PayloadsClient::with_interceptor(channel, bearer)
-            .max_decoding_message_size(64 << 20),
-    };
-    let json = cli.json;
-    let result = match cli.command {
+    let mut c = Clients::connect(&settings, cli.command.session()).await?;
+    let result = dispatch(&mut c, cli.command, cli.json).await;
+    result.map_err(|e| plaintext_hint(e, &settings))
+}
+
+/// `spillway download`: the payload's bytes to `out` or stdout, checked
+/// against its size.
+async fn download(
+    c: &mut Clients,
+    payload: String,
+    out: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    let stat = rpc!(c.payloads.stat(proto::PayloadRequest {
+        payload_id: payload.clone(),
+    }));
+    let mut stream = rpc!(c.payloads.download(proto::PayloadRequest {
+        payload_id: payload,
+    }));
+    let mut sink = sink(out)?;
+    let bar = progress(stat.size_bytes);
+    let mut got = 0u64;
+    while let Some(chunk) = stream.message().await? {
+        sink.write_all(&chunk.data)?;
+        got += chunk.data.len() as u64;
+        bar.set_position(got);
+    }
+    sink.flush()?;
+    bar.finish_and_clear();
+    if got != stat.size_bytes {
+        bail!("download ended after {got} of {} bytes", stat.size_bytes);
+    }
+    if let Some(path) = out {
+        eprintln!("wrote {got} bytes to {}", path.display());
+    }
+    Ok(())
+}
+
+/// `spillway offload`'s tool results: one per file, named by its stem and
+/// typed by its extension.
+fn tool_results(files: &[std::path::PathBuf]) -> anyhow::Result<Vec<proto::ToolResult>> {
+    files
+        .iter()
+        .enumerate()
+        .map(|(i, path)| {
+            let content =
+                std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+            let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+            Ok(proto::ToolResult {
+                tool_call_id: format!("call_{}", i + 1),
+                tool_name: path
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                content: content.into(),
+                content_type: content_type_for(ext).to_owned(),
+                is_error: false,
+            })
+        })
+        .collect()
+}
+
+/// `spillway exec`'s script: `--source` text, or `--file` as text (or as a
+/// binary module for the wasm runtime).
+fn script(
+    runtime: &str,
+    source: Option<String>,
+    file: Option<std::path::PathBuf>,
+) -> anyhow::Result<(String, Vec<u8>)> {
+    match (source, file) {
+        (Some(s), _) => Ok((s, Vec::new())),
+        (None, Some(f)) => {
+            let bytes = std::fs::read(&f).with_context(|| format!("reading {}", f.display()))?;
+            if runtime == "wasm" && bytes.starts_with(b"\0asm") {
+                Ok((String::new(), bytes))
+            } else {
+                let text = String::from_utf8(bytes)
+                    .map_err(|_| anyhow::anyhow!("{} is not UTF-8 text", f.display()))?;
+                Ok((text, Vec::new()))
+            }
+        }
+        (None, None) => bail!("give the script with --source or --file"),
+    }
+}
+
+/// `spillway read`'s range: `--lines A-B`, `--bytes OFFSET-LENGTH`, or the
+/// payload's start.
+fn read_range(
+    lines: Option<String>,
+    bytes: Option<String>,
+) -> anyhow::Result<Option<proto::read_request::Range>> {
+    Ok(match (lines, bytes) {
+        (Some(l), _) => {
+            let (a, b) = split_range(&l, "--lines")?;
+            Some(proto::read_request::Range::LineRange(proto::LineRange {
+                start_line: a,
+                end_line: b,
+            }))
+        }
+        (None, Some(b)) => {
+            let (offset, length) = split_range(&b, "--bytes")?;
+            Some(proto::read_request::Range::ByteRange(proto::ByteRange {
+                offset,
+                length,
+            }))
+        }
+        (None, None) => None,
+    })
+}
+
+/// A Read's bytes on stdout, and where they sit in the payload on stderr.
+fn print_read(r: &proto::ReadResponse) -> anyhow::Result<()> {
+    std::io::stdout().write_all(&r.data)?;
+    if !r.data.ends_with(b"\n") && !r.data.is_empty() {
+        println!();
+    }
+    eprintln!(
+        "-- lines {}-{} of {}, bytes {}-{} of {}{}",
+        r.first_line,
+        r.last_line,
+        r.total_lines,
+        r.start_offset,
+        r.end_offset,
+        r.total_bytes,
+        if r.eof { ", end of payload" } else { "" }
+    );
+    Ok(())
+}
+
+/// Runs one client command over `c`.
+async fn dispatch(c: &mut Clients, command: Command, json: bool) -> anyhow::Result<()> {
+    match command {
         Command::Serve(_) | Command::Mcp(_) => unreachable!("serve and mcp are handled by main"),
-        Command::Audit(cmd) => audit(&mut c, cmd, json).await,
-        Command::Session(cmd) => session(&mut c, cmd, json).await,
+        Command::Audit(cmd) => audit(c, cmd, json).await,
+        Command::Session(cmd) => session(c, cmd, json).await,
         Command::Policy(super::PolicyCommand::Get { tenant, session }) => {
             let p = rpc!(
                 c.policies
@@ -121,7 +257,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             let s = rpc!(c.policies.set_legal_hold(super::policy::hold_request(args)));
             output::show(json, &s, output::session)
         }
-        Command::Context(cmd) => context(&mut c, cmd, json).await,
+        Command::Context(cmd) => context(c, cmd, json).await,
         Command::Upload {
             session,
             file,
@@ -145,7 +281,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 expected_sha256: sha256.unwrap_or_default(),
                 is_error: false,
             };
-            let p = upload(&mut c, header, &file).await?;
+            let p = upload(c, header, &file).await?;
             output::show(json, &p, output::payload)
         }
         Command::Offload {
@@ -157,22 +293,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             estimator,
             preview_style,
         } => {
-            let mut results = Vec::with_capacity(files.len());
-            for (i, path) in files.iter().enumerate() {
-                let content = std::fs::read(path)
-                    .with_context(|| format!("cannot read {}", path.display()))?;
-                let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
-                results.push(proto::ToolResult {
-                    tool_call_id: format!("call_{}", i + 1),
-                    tool_name: path
-                        .file_stem()
-                        .map(|s| s.to_string_lossy().into_owned())
-                        .unwrap_or_default(),
-                    content: content.into(),
-                    content_type: content_type_for(ext).to_owned(),
-                    is_error: false,
-                });
-            }
+            let results = tool_results(&files)?;
             let settings = proto::OffloadSettings {
                 per_call_tokens,
                 aggregate_tokens,
@@ -226,21 +347,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             keep_outputs,
             args,
         } => {
-            let (source, module) = match (source, file) {
-                (Some(s), _) => (s, Vec::new()),
-                (None, Some(f)) => {
-                    let bytes =
-                        std::fs::read(&f).with_context(|| format!("reading {}", f.display()))?;
-                    if runtime == "wasm" && bytes.starts_with(b"\0asm") {
-                        (String::new(), bytes)
-                    } else {
-                        let text = String::from_utf8(bytes)
-                            .map_err(|_| anyhow::anyhow!("{} is not UTF-8 text", f.display()))?;
-                        (text, Vec::new())
-                    }
-                }
-                (None, None) => bail!("give the script with --source or --file"),
-            };
+            let (source, module) = script(&runtime, source, file)?;
             let r = rpc!(c.codemode.exec(proto::ExecRequest {
                 session_id: session,
                 runtime,
@@ -289,76 +396,21 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             max_bytes,
             ..
         } => {
-            let range = match (lines, bytes) {
-                (Some(l), _) => {
-                    let (a, b) = split_range(&l, "--lines")?;
-                    Some(proto::read_request::Range::LineRange(proto::LineRange {
-                        start_line: a,
-                        end_line: b,
-                    }))
-                }
-                (None, Some(b)) => {
-                    let (offset, length) = split_range(&b, "--bytes")?;
-                    Some(proto::read_request::Range::ByteRange(proto::ByteRange {
-                        offset,
-                        length,
-                    }))
-                }
-                (None, None) => None,
-            };
             let r = rpc!(c.payloads.read(proto::ReadRequest {
                 payload_id: payload,
                 max_bytes,
-                range,
+                range: read_range(lines, bytes)?,
             }));
             if json {
                 return output::json(&r);
             }
-            std::io::stdout().write_all(&r.data)?;
-            if !r.data.ends_with(b"\n") && !r.data.is_empty() {
-                println!();
-            }
-            eprintln!(
-                "-- lines {}-{} of {}, bytes {}-{} of {}{}",
-                r.first_line,
-                r.last_line,
-                r.total_lines,
-                r.start_offset,
-                r.end_offset,
-                r.total_bytes,
-                if r.eof { ", end of payload" } else { "" }
-            );
-            Ok(())
+            print_read(&r)
         }
         Command::Download {
             payload,
             output: out,
             ..
-        } => {
-            let stat = rpc!(c.payloads.stat(proto::PayloadRequest {
-                payload_id: payload.clone(),
-            }));
-            let mut stream = rpc!(c.payloads.download(proto::PayloadRequest {
-                payload_id: payload,
-            }));
-            let mut sink = sink(out.as_deref())?;
-            let bar = progress(stat.size_bytes);
-            let mut got = 0u64;
-            while let Some(chunk) = stream.message().await? {
-                sink.write_all(&chunk.data)?;
-                got += chunk.data.len() as u64;
-                bar.set_position(got);
-            }
-            sink.flush()?;
-            bar.finish_and_clear();
-            if got != stat.size_bytes {
-                bail!("download ended after {got} of {} bytes", stat.size_bytes);
-            }
-            if let Some(path) = out {
-                eprintln!("wrote {got} bytes to {}", path.display());
-            }
-            Ok(())
-        }
+        } => download(c, payload, out.as_deref()).await,
         Command::Rm {
             payload, reason, ..
         } => {
@@ -368,8 +420,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             }));
             output::show(json, &r, output::receipt)
         }
-    };
-    result.map_err(|e| plaintext_hint(e, &settings))
+    }
 }
 
 async fn context(c: &mut Clients, cmd: ContextCommand, json: bool) -> anyhow::Result<()> {
