@@ -477,6 +477,103 @@ async fn a_deletion_on_one_replica_purges_every_replicas_copy_and_the_object() {
 }
 
 #[tokio::test]
+async fn a_deletion_answers_once_every_replica_purged_its_copy_and_the_receipt_signs_when() {
+    let fleet = Fleet::start("").await;
+    let session = session_with(&fleet, proto::Policy::default()).await;
+    let stored = upload(
+        &mut fleet.replicas[0].payloads(ALICE).await,
+        header(&session.id, "confirmed.txt"),
+        b"purged everywhere, and the receipt says so\n",
+    )
+    .await
+    .unwrap();
+    for r in &fleet.replicas {
+        download(&mut r.payloads(ALICE).await, &stored.id)
+            .await
+            .unwrap();
+    }
+    for d in &fleet.data_dirs {
+        assert!(payload_file(d, &session.id, &stored.name).exists());
+    }
+    // Every replica has reported its purge progress (each does at start).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let start = Instant::now();
+    let receipt = fleet.replicas[1]
+        .payloads(ALICE)
+        .await
+        .delete_payload(proto::DeletePayloadRequest {
+            payload_id: stored.id.clone(),
+            reason: "confirm".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let answered = start.elapsed();
+    // By the time the call answers, no replica has a copy.
+    let left: Vec<_> = fleet
+        .data_dirs
+        .iter()
+        .filter(|d| payload_file(d, &session.id, &stored.name).exists())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "copies left when the deletion answered: {left:?}"
+    );
+    let confirmed = receipt
+        .purge_confirmed_at
+        .expect("the receipt carries the purge confirmation");
+    assert_eq!(receipt.purge_replicas, 3);
+    let deleted = receipt.deleted_at.unwrap();
+    let ms = spillway::receipt::timestamp_millis;
+    let confirm_ms = ms(confirmed.seconds, confirmed.nanos) - ms(deleted.seconds, deleted.nanos);
+    assert!(
+        confirm_ms >= 0,
+        "confirmed before the deletion: {confirm_ms} ms"
+    );
+    eprintln!(
+        "purge confirmed by 3 replicas {confirm_ms} ms after the deletion committed; the call took {answered:?}"
+    );
+    // The stored receipt is the confirmed one, on every replica.
+    let channel = fleet.replicas[2].channel().await;
+    let mut audit = AuditClient::with_interceptor(channel, Bearer(Some("tok-audrey".into())));
+    let again = audit
+        .get_receipt(proto::GetReceiptRequest {
+            receipt_id: receipt.id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(again, receipt);
+    // The CLI verifies it with the fleet's key (any replica's copy), and
+    // refuses it with the confirmation dropped or changed.
+    let file = fleet.data_dirs[0].join("receipt.json");
+    let verify = |json: String| {
+        std::fs::write(&file, json).unwrap();
+        command()
+            .args(["audit", "verify-receipt", file.to_str().unwrap()])
+            .args(["--data-dir", fleet.data_dirs[0].to_str().unwrap()])
+            .output()
+            .unwrap()
+    };
+    let out = verify(serde_json::to_string(&receipt).unwrap());
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("verifies"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut dropped = receipt.clone();
+    dropped.purge_confirmed_at = None;
+    let mut fewer = receipt.clone();
+    fewer.purge_replicas = 2;
+    for forged in [dropped, fewer] {
+        let out = verify(serde_json::to_string(&forged).unwrap());
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("does NOT verify"));
+    }
+}
+
+#[tokio::test]
 async fn another_replica_takes_over_the_reaper_when_its_holder_is_killed() {
     let mut fleet = Fleet::start("[reaper]\nlease_ttl = \"2s\"\ninterval = \"200ms\"\n").await;
     let holder = |fleet: &Fleet| -> Option<usize> {
