@@ -868,3 +868,219 @@ async fn the_cli_names_its_session_so_its_calls_land_on_one_replica() {
     let d = delta(&before, &fleet.served("Payloads/Read"));
     assert_eq!(d[home], 3, "{d:?}");
 }
+
+/// Round trips to Postgres replica `port`'s process has made so far, by
+/// its metrics.
+fn round_trips_so_far(port: u16) -> u64 {
+    scrape(port)
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("spillway_postgres_round_trips_total ")?
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+        .expect("the replica counts its Postgres round trips") as u64
+}
+
+/// Postgres round trips of each of `n` calls `call` makes to one replica
+/// (whose metrics are on `port`), one call at a time.
+async fn round_trips_each<F, Fut, T>(port: u16, n: usize, mut call: F) -> (Vec<u64>, Vec<T>)
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
+    let (mut trips, mut outs) = (Vec::new(), Vec::new());
+    for i in 0..n {
+        let before = round_trips_so_far(port);
+        outs.push(call(i).await);
+        trips.push(round_trips_so_far(port) - before);
+    }
+    (trips, outs)
+}
+
+/// A turn's tool result.
+fn tool_result(id: &str, content: &[u8]) -> proto::ToolResult {
+    proto::ToolResult {
+        tool_call_id: id.into(),
+        tool_name: "tool".into(),
+        content: content.to_vec().into(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn postgres_round_trips_per_rpc_are_counted_and_an_all_inline_offload_takes_at_most_3() {
+    // Background work (the reaper, the purge log) quiet, so a replica's
+    // round trips are its calls' own.
+    let fleet =
+        Fleet::start_with_store("[reaper]\ninterval = \"1h\"\n", "purge_interval = \"1h\"").await;
+    let port = fleet.metrics_ports[0];
+    let r = &fleet.replicas[0];
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let n = 5;
+    let mut report: Vec<(&str, Vec<u64>)> = Vec::new();
+
+    let sessions = r.sessions(ALICE).await;
+    let (trips, mut created) = round_trips_each(port, n, |_| {
+        let mut sessions = sessions.clone();
+        async move {
+            sessions
+                .create_session(proto::CreateSessionRequest::default())
+                .await
+                .unwrap()
+                .into_inner()
+        }
+    })
+    .await;
+    report.push(("CreateSession", trips));
+    let session = created.pop().unwrap();
+    let sid = session.id.clone();
+    let (trips, _) = round_trips_each(port, n, |_| {
+        let mut sessions = sessions.clone();
+        let sid = sid.clone();
+        async move {
+            sessions
+                .get_session(proto::GetSessionRequest { session_id: sid })
+                .await
+                .unwrap();
+        }
+    })
+    .await;
+    report.push(("GetSession", trips));
+
+    let payloads = r.payloads(ALICE).await;
+    let rows: String = (0..2000)
+        .map(|i| format!("{{\"id\":{i},\"state\":\"open\",\"note\":\"row {i}\"}}\n"))
+        .collect();
+    let (trips, stored) = round_trips_each(port, n, |i| {
+        let mut payloads = payloads.clone();
+        let (sid, rows) = (sid.clone(), rows.clone());
+        async move {
+            upload(
+                &mut payloads,
+                header(&sid, &format!("rows-{i}.ndjson")),
+                rows.as_bytes(),
+            )
+            .await
+            .unwrap()
+        }
+    })
+    .await;
+    report.push(("Upload (80 KB)", trips));
+    let target = stored[0].id.clone();
+
+    let inline = |turn: u32| proto::OffloadRequest {
+        session_id: sid.clone(),
+        turn,
+        results: vec![
+            tool_result("c1", b"{\"ok\":true}"),
+            tool_result("c2", b"a short answer"),
+        ],
+        ..Default::default()
+    };
+    let (trips, _) = round_trips_each(port, n, |i| {
+        let mut payloads = payloads.clone();
+        let req = inline(i as u32 + 1);
+        async move {
+            let out = payloads.offload(req).await.unwrap().into_inner();
+            assert!(out.outcomes.iter().all(|o| o.payload.is_none()), "{out:?}");
+        }
+    })
+    .await;
+    report.push(("Offload, all inline", trips.clone()));
+    let all_inline = trips;
+
+    let (trips, _) = round_trips_each(port, n, |i| {
+        let mut payloads = payloads.clone();
+        let mut req = inline(100 + i as u32);
+        req.results
+            .push(tool_result(&format!("big{i}"), rows.as_bytes()));
+        req.settings = Some(proto::OffloadSettings {
+            per_call_tokens: Some(1000),
+            ..Default::default()
+        });
+        async move {
+            let out = payloads.offload(req).await.unwrap().into_inner();
+            assert_eq!(
+                out.outcomes.iter().filter(|o| o.payload.is_some()).count(),
+                1,
+                "{out:?}"
+            );
+        }
+    })
+    .await;
+    report.push(("Offload, one result offloaded", trips));
+
+    let (trips, _) = round_trips_each(port, n, |i| {
+        let mut payloads = payloads.clone();
+        let target = target.clone();
+        async move {
+            payloads
+                .read(proto::ReadRequest {
+                    payload_id: target,
+                    range: Some(proto::read_request::Range::LineRange(proto::LineRange {
+                        start_line: 100 + i as u64,
+                        end_line: 109 + i as u64,
+                    })),
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+        }
+    })
+    .await;
+    report.push(("Read (10 lines)", trips));
+
+    let (trips, _) = round_trips_each(port, n, |_| {
+        let mut payloads = payloads.clone();
+        let (sid, target) = (sid.clone(), target.clone());
+        async move {
+            let out = payloads
+                .search(proto::SearchRequest {
+                    session_id: sid,
+                    payload_ids: vec![target],
+                    pattern: "row 1999".into(),
+                    fixed_string: true,
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            assert!(!out.matches.is_empty());
+        }
+    })
+    .await;
+    report.push(("Search (one payload)", trips));
+
+    let code = r.codemode(ALICE).await;
+    let (trips, _) = round_trips_each(port, n, |_| {
+        let mut code = code.clone();
+        let (sid, target) = (sid.clone(), target.clone());
+        async move {
+            let out = code
+                .exec(proto::ExecRequest {
+                    session_id: sid,
+                    runtime: "jq".into(),
+                    source: "[inputs | .id] | length".into(),
+                    inputs: vec![target],
+                    args: vec!["-n".into()],
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            assert_eq!(out.stdout, "2000\n", "{out:?}");
+        }
+    })
+    .await;
+    report.push(("Exec (jq, one input)", trips));
+
+    for (rpc, trips) in &report {
+        eprintln!("postgres round trips per call: {rpc}: {trips:?}");
+    }
+    assert!(
+        all_inline.iter().all(|&t| t <= 3),
+        "an all-inline Offload took {all_inline:?} round trips (goal: at most 3)"
+    );
+}
