@@ -3,7 +3,9 @@
 //! SeaweedFS bucket for bytes, both started by `spillway::testing` on free
 //! loopback ports), each figure a ratio in the same run:
 //!
-//! - Upload of 1 MB and of 16 MB (multipart in the bucket);
+//! - Upload of 1 MB and of 16 MB (multipart in the bucket), and the
+//!   deletion of the 1 MB payload (its own work, under the fleet-wide
+//!   deletion lock, without the wait for the purge confirmation);
 //! - Offload of a turn of 8 small results that stay inline, and of a turn
 //!   with one 1 MB result offloaded;
 //! - Read of 10 lines, Search of a 16 MB log for a fixed string, and a jq
@@ -99,6 +101,9 @@ impl Side {
                 c.store.blobs = bucket.to_owned();
                 c.store.s3 = s3;
                 c.store.purge_interval = Duration::from_secs(3600);
+                // A deletion's own work, without waiting for the purge
+                // confirmation (the purge log is quiet here).
+                c.store.purge_confirm_timeout = Duration::ZERO;
             }
         })
         .await;
@@ -188,8 +193,9 @@ impl Samples {
     }
 }
 
-const WORK: [&str; 10] = [
+const WORK: [&str; 11] = [
     "Upload 1 MB",
+    "DeletePayload (1 MB), no purge wait",
     "Upload 16 MB (multipart)",
     "Offload, 8 small results, all inline",
     "Offload, one 1 MB result offloaded",
@@ -206,9 +212,26 @@ async fn round(side: &mut Side, r: usize, out: &mut [Samples]) {
     let big = log_text(16 * MB, r);
     let rows = ndjson(4 * MB, r + 1000);
     let tag = side.name;
-    out[0].add(measure(async { drop(side.upload(&format!("u1-{tag}-{r}"), &small).await) }).await);
-    let mut log = None;
+    let mut one = None;
+    out[0].add(
+        measure(async { one = Some(side.upload(&format!("u1-{tag}-{r}"), &small).await) }).await,
+    );
+    let one = one.unwrap();
+    let payloads = &mut side.server.payloads;
     out[1].add(
+        measure(async {
+            payloads
+                .delete_payload(proto::DeletePayloadRequest {
+                    payload_id: one.id.clone(),
+                    reason: "bench".into(),
+                })
+                .await
+                .unwrap();
+        })
+        .await,
+    );
+    let mut log = None;
+    out[2].add(
         measure(async { log = Some(side.upload(&format!("u16-{tag}-{r}"), &big).await) }).await,
     );
     let log = log.unwrap();
@@ -229,7 +252,7 @@ async fn round(side: &mut Side, r: usize, out: &mut [Samples]) {
             settings: None,
         };
         let payloads = &mut side.server.payloads;
-        out[2].add(
+        out[3].add(
             measure(async {
                 let o = payloads.offload(req).await.unwrap().into_inner();
                 assert!(o.outcomes.iter().all(|o| o.payload.is_none()));
@@ -249,7 +272,7 @@ async fn round(side: &mut Side, r: usize, out: &mut [Samples]) {
         settings: None,
     };
     let payloads = &mut side.server.payloads;
-    out[3].add(
+    out[4].add(
         measure(async {
             let o = payloads.offload(req).await.unwrap().into_inner();
             assert!(o.outcomes[0].payload.is_some());
@@ -267,10 +290,10 @@ async fn round(side: &mut Side, r: usize, out: &mut [Samples]) {
     };
     side.make_cold(&log);
     let payloads = &mut side.server.payloads;
-    out[5].add(measure(async { drop(payloads.read(read(200_000)).await.unwrap()) }).await);
+    out[6].add(measure(async { drop(payloads.read(read(200_000)).await.unwrap()) }).await);
     for i in 0..20 {
         let payloads = &mut side.server.payloads;
-        out[4]
+        out[5]
             .add(measure(async { drop(payloads.read(read(1 + 9_000 * i)).await.unwrap()) }).await);
     }
 
@@ -284,7 +307,7 @@ async fn round(side: &mut Side, r: usize, out: &mut [Samples]) {
     };
     side.make_cold(&log);
     let payloads = &mut side.server.payloads;
-    out[7].add(
+    out[8].add(
         measure(async {
             assert!(
                 !payloads
@@ -300,7 +323,7 @@ async fn round(side: &mut Side, r: usize, out: &mut [Samples]) {
     );
     for _ in 0..3 {
         let payloads = &mut side.server.payloads;
-        out[6].add(
+        out[7].add(
             measure(async {
                 assert!(
                     !payloads
@@ -327,7 +350,7 @@ async fn round(side: &mut Side, r: usize, out: &mut [Samples]) {
     };
     side.make_cold(&input);
     let code = &mut side.code;
-    out[9].add(
+    out[10].add(
         measure(async {
             let o = code.exec(exec()).await.unwrap().into_inner();
             assert!(o.stdout.contains("open"), "{o:?}");
@@ -336,7 +359,7 @@ async fn round(side: &mut Side, r: usize, out: &mut [Samples]) {
     );
     for _ in 0..3 {
         let code = &mut side.code;
-        out[8].add(
+        out[9].add(
             measure(async {
                 let o = code.exec(exec()).await.unwrap().into_inner();
                 assert!(o.stdout.contains("open"), "{o:?}");
@@ -523,7 +546,7 @@ async fn main() {
         machine()
     );
     println!(
-        "Embedded: redb and a local directory. Fleet: `store.engine = \"postgres\"` (PostgreSQL 15 on loopback) and `store.blobs = \"s3://…\"` (SeaweedFS on loopback), the server in this process. Warm: the replica's local copy is present; cold: removed before the call, which then fetches the object. Times are medians over the calls measured (Offload all-inline: 20 per round; warm Read: 20; warm Search and exec: 3; the rest: 1); ratio = fleet / embedded (above 1: fleet is slower). Round trips: Postgres round trips per fleet call, median (min-max).\n"
+        "Embedded: redb and a local directory. Fleet: `store.engine = \"postgres\"` (PostgreSQL 15 on loopback) and `store.blobs = \"s3://…\"` (SeaweedFS on loopback), the server in this process. Warm: the replica's local copy is present; cold: removed before the call, which then fetches the object. Times are medians over the calls measured (Offload all-inline: 20 per round; warm Read: 20; warm Search and exec: 3; the rest: 1); DeletePayload on the fleet side does not wait for the purge confirmation (`purge_confirm_timeout = 0`), which adds about one `purge_interval`; ratio = fleet / embedded (above 1: fleet is slower). Round trips: Postgres round trips per fleet call, median (min-max).\n"
     );
     println!("| work | embedded | fleet | fleet / embedded | Postgres round trips |");
     println!("| --- | --- | --- | --- | --- |");
