@@ -574,6 +574,50 @@ async fn a_deletion_answers_once_every_replica_purged_its_copy_and_the_receipt_s
 }
 
 #[tokio::test]
+async fn a_killed_replica_stops_counting_for_the_purge_confirmation_within_its_liveness_bound() {
+    let mut fleet = Fleet::start("").await;
+    let session = session_with(&fleet, proto::Policy::default()).await;
+    let stored = upload(
+        &mut fleet.replicas[0].payloads(ALICE).await,
+        header(&session.id, "outlived.txt"),
+        b"one replica will not see this go\n",
+    )
+    .await
+    .unwrap();
+    for r in &fleet.replicas {
+        download(&mut r.payloads(ALICE).await, &stored.id)
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    fleet.replicas[2].kill9();
+    let start = Instant::now();
+    let receipt = fleet.replicas[0]
+        .payloads(ALICE)
+        .await
+        .delete_payload(proto::DeletePayloadRequest {
+            payload_id: stored.id.clone(),
+            reason: "one replica is gone".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let answered = start.elapsed();
+    eprintln!("with one replica killed, the deletion answered in {answered:?}");
+    // The dead replica's last report ages out (3 s) before the 5 s wait
+    // runs out: the two live replicas confirm.
+    assert!(
+        receipt.purge_confirmed_at.is_some(),
+        "no confirmation after {answered:?}"
+    );
+    assert_eq!(receipt.purge_replicas, 2);
+    assert!(answered < Duration::from_millis(4500), "{answered:?}");
+    for d in &fleet.data_dirs[..2] {
+        assert!(!payload_file(d, &session.id, &stored.name).exists());
+    }
+}
+
+#[tokio::test]
 async fn another_replica_takes_over_the_reaper_when_its_holder_is_killed() {
     let mut fleet = Fleet::start("[reaper]\nlease_ttl = \"2s\"\ninterval = \"200ms\"\n").await;
     let holder = |fleet: &Fleet| -> Option<usize> {
