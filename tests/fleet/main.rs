@@ -1128,3 +1128,29 @@ async fn postgres_round_trips_per_rpc_are_counted_and_an_all_inline_offload_take
         "an all-inline Offload took {all_inline:?} round trips (goal: at most 3)"
     );
 }
+
+#[tokio::test]
+async fn an_idle_replica_costs_postgres_a_bounded_trickle_of_round_trips() {
+    // Default intervals: the purge log tailed every 250 ms, the reaper's
+    // lease tried every second.
+    let fleet = Fleet::start("").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before: Vec<u64> = fleet
+        .metrics_ports
+        .iter()
+        .map(|&p| round_trips_so_far(p))
+        .collect();
+    let window = Duration::from_secs(5);
+    tokio::time::sleep(window).await;
+    let per_second: Vec<f64> = fleet
+        .metrics_ports
+        .iter()
+        .zip(&before)
+        .map(|(&p, b)| (round_trips_so_far(p) - b) as f64 / window.as_secs_f64())
+        .collect();
+    eprintln!("idle round trips per second, per replica: {per_second:?}");
+    assert!(
+        per_second.iter().all(|&r| r > 0.0 && r < 30.0),
+        "{per_second:?}"
+    );
+}
