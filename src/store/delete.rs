@@ -97,7 +97,7 @@ struct Plan {
 }
 
 /// The key of a deletion's purge entry: its position (see
-/// [`Store::next_purge_key`]), then the receipt ID.
+/// [`Store::next_purge_position`]), then the receipt ID.
 fn purge_key(position_ms: u64, receipt: &ReceiptId) -> Vec<u8> {
     let mut k = position_ms.to_be_bytes().to_vec();
     k.extend_from_slice(receipt.as_str().as_bytes());
@@ -816,5 +816,27 @@ impl Store {
                 return Ok(out);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replica_is_live_for_3_s_or_three_of_its_own_report_periods() {
+        let p = |reported_ms, every_ms| Progress {
+            cursor: String::new(),
+            reported_ms,
+            every_ms,
+        };
+        assert!(p(10_000, 1_000).live(13_000));
+        assert!(!p(10_000, 1_000).live(13_001));
+        // A replica tailing every 10 s is waited for up to 30 s.
+        assert!(p(10_000, 10_000).live(40_000));
+        assert!(!p(10_000, 10_000).live(40_001));
+        // A report without the period (an older replica): the 3 s bound.
+        let old: Progress = serde_json::from_str(r#"{"cursor":"","reported_ms":10000}"#).unwrap();
+        assert!(old.live(13_000) && !old.live(13_001));
     }
 }
