@@ -469,6 +469,9 @@ fn receipt_view(ctx: &Ctx, r: &ReceiptRecord) -> Markup {
                 dt { "At" } dd { (views::time(r.deleted_ms)) }
                 dt { "Payloads" } dd { (r.deleted_payload_ids.len()) ", " (views::bytes(r.bytes_deleted)) }
                 dt { "Items removed" } dd { (r.removed.len()) }
+                @if let Some(p) = r.purge_confirmed {
+                    dt { "Purge confirmed" } dd { (views::time(p.at_ms)) ", by " (p.replicas) " replicas" }
+                }
                 dt { "Signature" } dd { code class="hash" { (r.signature) } }
             }
             @if !r.removed.is_empty() {
