@@ -120,7 +120,7 @@ images: ## Build the code-mode sandbox images (jq, javascript, python) into sand
 
 JAQ := sandbox-images/build/tools/bin/jaq
 
-bench: images ## Benchmarks with ratios against raw disk, serde_json, ripgrep, jaq, C jq and native Rust (see benches/); writes BENCHMARKS.md
+bench: images postgres seaweedfs ## Benchmarks with ratios against raw disk, serde_json, ripgrep, jaq, C jq, native Rust and the embedded engine (fleet mode; see benches/); writes BENCHMARKS.md
 	@command -v rg >/dev/null || (apt-get update -qq && apt-get install -y -qq ripgrep)
 	@command -v jq >/dev/null || (apt-get update -qq && apt-get install -y -qq jq)
 	@test -x $(JAQ) || $(CARGO) install --locked --quiet jaq@3.1.2 --root sandbox-images/build/tools

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CARGO=${CARGO:-cargo}
-BENCHES=${BENCHES:-io_throughput offload_inspect_search compact_history codemode}
+BENCHES=${BENCHES:-io_throughput offload_inspect_search compact_history codemode fleet}
 
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 mem=$(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)

@@ -44,6 +44,12 @@ impl ManualClock {
         let ms = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
         self.0.fetch_add(ms, Ordering::SeqCst);
     }
+
+    /// Sets the clock, backwards too (a clock stepped back by NTP, or a
+    /// replica whose clock is behind another's).
+    pub fn set(&self, ms: Millis) {
+        self.0.store(ms, Ordering::SeqCst);
+    }
 }
 
 impl Clock for ManualClock {

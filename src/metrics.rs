@@ -75,6 +75,7 @@ struct Metrics {
     cache_evictions: Counter,
     audit_append_seconds: Histogram,
     pool_wait_seconds: Histogram,
+    postgres_round_trips: Counter,
     reaper_lag_seconds: Gauge<f64, AtomicU64>,
 }
 
@@ -100,6 +101,7 @@ fn metrics() -> &'static Metrics {
             cache_evictions: Counter::default(),
             audit_append_seconds: seconds(),
             pool_wait_seconds: seconds(),
+            postgres_round_trips: Counter::default(),
             reaper_lag_seconds: Gauge::default(),
         };
         registry.register(
@@ -156,6 +158,11 @@ fn metrics() -> &'static Metrics {
             "postgres_pool_wait_seconds",
             "Time waiting for a Postgres connection",
             m.pool_wait_seconds.clone(),
+        );
+        registry.register(
+            "postgres_round_trips",
+            "Round trips to Postgres: statements executed, statements prepared, BEGIN and COMMIT",
+            m.postgres_round_trips.clone(),
         );
         registry.register(
             "reaper_lag_seconds",
@@ -233,6 +240,17 @@ pub fn audit_append(elapsed: Duration) {
 /// Records a wait for a Postgres connection.
 pub fn pool_wait(elapsed: Duration) {
     metrics().pool_wait_seconds.observe(elapsed.as_secs_f64());
+}
+
+/// Counts `n` round trips to Postgres.
+pub fn postgres_round_trip(n: u64) {
+    metrics().postgres_round_trips.inc_by(n);
+}
+
+/// Round trips to Postgres so far in this process (what
+/// `spillway_postgres_round_trips_total` says), for tests and benches.
+pub fn postgres_round_trips() -> u64 {
+    metrics().postgres_round_trips.get()
 }
 
 /// Sets the reaper's lag.

@@ -112,13 +112,17 @@ impl ReaperHandle {
 /// copies of what any replica deleted ([`Store::purge_step`]). Stops when
 /// the guard drops.
 pub fn spawn_purger(store: Arc<Store>, interval: Duration) -> ReaperGuard {
+    // Its name in the purge progress: a restarted replica is a new one.
+    let replica = replica_id();
     let task = tokio::spawn(async move {
-        let mut cursor: Option<Vec<u8>> = None;
+        let mut last = Arc::new(crate::store::PurgeStep::default());
         loop {
             let step = {
                 let store = store.clone();
-                let after = cursor.clone();
-                tokio::task::spawn_blocking(move || store.purge_step(after.as_deref())).await
+                let replica = replica.clone();
+                let prev = last.clone();
+                tokio::task::spawn_blocking(move || store.purge_step(&replica, interval, &prev))
+                    .await
             };
             match step {
                 Ok(Ok(step)) => {
@@ -128,7 +132,7 @@ pub fn spawn_purger(store: Arc<Store>, interval: Duration) -> ReaperGuard {
                             "purged local copies of deleted payloads"
                         );
                     }
-                    cursor = step.cursor;
+                    last = Arc::new(step);
                 }
                 Ok(Err(e)) => tracing::warn!(error = %e, "purge step failed; retrying"),
                 Err(e) => tracing::error!(error = %e, "purge step panicked; retrying"),

@@ -8,6 +8,13 @@
 //! RFC 3339 UTC string with milliseconds, integers as numbers, lists as
 //! arrays, and each `removed` item as an object with sorted keys
 //! (serde_json's compact output of a sorted map).
+//!
+//! In fleet mode a receipt may also say when every live replica had purged
+//! its local copies (`purge_confirmed_at`, same form as `deleted_at`) and
+//! how many replicas that was (`purge_replicas`). Both keys are in the
+//! canonical bytes only when the confirmation is there, so receipts without
+//! it (embedded mode, and every receipt made before) keep their bytes and
+//! their signatures.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, UNIX_EPOCH};
@@ -63,6 +70,39 @@ pub struct Signed<'a> {
     pub content_sha256: Vec<&'a str>,
     /// Everything removed, item by item.
     pub removed: &'a [RemovedItem],
+    /// When every live replica had purged its local copies (fleet mode),
+    /// with how many replicas that was; `None` leaves both out.
+    pub purge_confirmed: Option<PurgeConfirmation>,
+}
+
+/// When the purge of a deletion was confirmed across replicas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PurgeConfirmation {
+    /// When the last live replica had passed the deletion's purge entry, in
+    /// milliseconds since the epoch.
+    pub at_ms: Millis,
+    /// How many live replicas confirmed it (the deleting one included).
+    pub replicas: u32,
+}
+
+impl PurgeConfirmation {
+    /// A receipt message's confirmation as its signature covers it, from
+    /// `purge_confirmed_at` (a protobuf timestamp's seconds and nanos) and
+    /// `purge_replicas`: present exactly when the time is.
+    pub fn from_message(at: Option<(i64, i32)>, replicas: u32) -> Option<Self> {
+        at.map(|(seconds, nanos)| PurgeConfirmation {
+            at_ms: timestamp_millis(seconds, nanos),
+            replicas,
+        })
+    }
+}
+
+/// Milliseconds since the epoch of a protobuf timestamp's seconds and
+/// nanos (sub-millisecond digits dropped, as the canonical form has none).
+pub fn timestamp_millis(seconds: i64, nanos: i32) -> Millis {
+    seconds
+        .saturating_mul(1000)
+        .saturating_add(i64::from(nanos) / 1_000_000)
 }
 
 /// RFC 3339 UTC with milliseconds, as the canonical form uses.
@@ -88,6 +128,10 @@ pub fn canonical(r: &Signed<'_>) -> Vec<u8> {
     );
     m.insert("requested_by", Value::String(r.requested_by.to_owned()));
     m.insert("target_id", Value::String(r.target_id.to_owned()));
+    if let Some(p) = r.purge_confirmed {
+        m.insert("purge_confirmed_at", Value::String(rfc3339_millis(p.at_ms)));
+        m.insert("purge_replicas", Value::from(p.replicas));
+    }
     serde_json::to_vec(&m).expect("a map of JSON values serializes")
 }
 
@@ -167,6 +211,7 @@ mod tests {
             bytes_deleted: 42,
             content_sha256: vec!["ab"],
             removed: &[],
+            purge_confirmed: None,
         }
     }
 
@@ -191,5 +236,62 @@ mod tests {
         let other = ReceiptKey::from_hex(&"22".repeat(32)).unwrap();
         assert!(!other.verify(&r, &sig));
         assert!(!key.verify(&r, "zz"));
+    }
+
+    #[test]
+    fn a_receipt_without_a_purge_confirmation_keeps_its_bytes_and_signature() {
+        // The signature of this receipt as every version before the field
+        // made it (the canonical bytes above, under key 11…11).
+        let key = ReceiptKey::from_hex(&"11".repeat(32)).unwrap();
+        let r = receipt();
+        assert!(!String::from_utf8(canonical(&r)).unwrap().contains("purge"));
+        assert_eq!(
+            key.sign(&r),
+            hex::encode(
+                Hmac::<Sha256>::new_from_slice(&[0x11; 32])
+                    .unwrap()
+                    .chain_update(br#"{"bytes_deleted":42,"content_sha256":["ab"],"deleted_at":"2026-11-30T09:31:46.334Z","deleted_payload_ids":["pl_00000000000000000000000000000003"],"id":"rcpt_00000000000000000000000000000001","reason":"done \"now\"","removed":[],"requested_by":"alice","target_id":"ses_00000000000000000000000000000002"}"#)
+                    .finalize()
+                    .into_bytes()
+            )
+        );
+    }
+
+    #[test]
+    fn a_purge_confirmation_is_signed_and_cannot_be_added_changed_or_dropped() {
+        let key = ReceiptKey::from_hex(&"11".repeat(32)).unwrap();
+        let plain = receipt();
+        let confirmed = Signed {
+            purge_confirmed: Some(PurgeConfirmation {
+                at_ms: 1_796_031_106_900,
+                replicas: 3,
+            }),
+            ..receipt()
+        };
+        let c = String::from_utf8(canonical(&confirmed)).unwrap();
+        assert!(
+            c.contains(r#""id":"rcpt_00000000000000000000000000000001","purge_confirmed_at":"2026-11-30T09:31:46.900Z","purge_replicas":3,"reason""#),
+            "{c}"
+        );
+        let sig = key.sign(&confirmed);
+        assert!(key.verify(&confirmed, &sig));
+        // Dropped, or added to a receipt signed without it.
+        assert!(!key.verify(&plain, &sig));
+        assert!(!key.verify(&confirmed, &key.sign(&plain)));
+        // Changed.
+        for changed in [
+            PurgeConfirmation {
+                at_ms: 1_796_031_106_901,
+                replicas: 3,
+            },
+            PurgeConfirmation {
+                at_ms: 1_796_031_106_900,
+                replicas: 2,
+            },
+        ] {
+            let mut t = confirmed.clone();
+            t.purge_confirmed = Some(changed);
+            assert!(!key.verify(&t, &sig));
+        }
     }
 }

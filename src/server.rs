@@ -222,6 +222,7 @@ pub async fn run_with_clock(
             url: config.store.blobs.clone(),
             s3: config.store.s3.clone(),
             local_cache_bytes: config.store.local_cache_bytes,
+            purge_confirm_timeout: config.store.purge_confirm_timeout,
         }),
     };
     let data_dir = config.data_dir.clone();

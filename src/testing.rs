@@ -337,6 +337,7 @@ pub mod s3 {
     /// One running SeaweedFS (master, volume, filer and S3 in one process).
     pub struct Server {
         s3_port: u16,
+        filer_port: u16,
         dir: PathBuf,
         // Closing its stdin (at process exit) stops the server.
         watchdog: super::Watchdog,
@@ -410,6 +411,7 @@ pub mod s3 {
             let watchdog = super::Watchdog::start(cmd, "SeaweedFS");
             let server = Server {
                 s3_port: ports[6],
+                filer_port: ports[4],
                 dir,
                 watchdog,
                 next: AtomicU64::new(0),
@@ -469,6 +471,37 @@ pub mod s3 {
         /// The S3 port.
         pub fn port(&self) -> u16 {
             self.s3_port
+        }
+
+        /// The multipart uploads begun in the bucket and neither completed
+        /// nor aborted, by SeaweedFS's own record of them (its filer's
+        /// listing of the bucket's `.uploads` folder).
+        pub fn pending_multipart_uploads(&self) -> Vec<String> {
+            use std::io::{Read as _, Write as _};
+            let mut s = std::net::TcpStream::connect(("127.0.0.1", self.filer_port))
+                .expect("the filer answers");
+            write!(
+                s,
+                "GET /buckets/{BUCKET}/.uploads/?limit=10000 HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: application/json\r\nConnection: close\r\n\r\n"
+            )
+            .unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).unwrap();
+            if out.starts_with("HTTP/1.1 404") {
+                return Vec::new();
+            }
+            assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+            let body = &out[out.find('{').expect("a JSON body")..=out.rfind('}').unwrap()];
+            let listing: serde_json::Value = serde_json::from_str(body).expect("the filer's JSON");
+            listing["Entries"]
+                .as_array()
+                .map(|entries| {
+                    entries
+                        .iter()
+                        .filter_map(|e| Some(e["FullPath"].as_str()?.to_owned()))
+                        .collect()
+                })
+                .unwrap_or_default()
         }
 
         /// Kills the server (SIGKILL: its graceful stop takes half a

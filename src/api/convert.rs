@@ -206,6 +206,8 @@ pub fn receipt(r: &ReceiptRecord) -> proto::DeletionReceipt {
         bytes_deleted: r.bytes_deleted,
         content_sha256: r.content_sha256.clone(),
         signature: r.signature.clone(),
+        purge_confirmed_at: r.purge_confirmed.map(|p| timestamp(p.at_ms)),
+        purge_replicas: r.purge_confirmed.map_or(0, |p| p.replicas),
         removed: r.removed.iter().map(proto::RemovedItem::from).collect(),
     }
 }

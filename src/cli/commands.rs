@@ -755,7 +755,7 @@ fn timestamp(text: &str, flag: &str) -> anyhow::Result<pbjson_types::Timestamp> 
 
 /// Verifies a receipt file's signature with the key in `data_dir`.
 fn verify_receipt(file: &std::path::Path, data_dir: &std::path::Path) -> anyhow::Result<()> {
-    use crate::receipt::{KEY_FILE, ReceiptKey, RemovedItem, Signed};
+    use crate::receipt::{KEY_FILE, PurgeConfirmation, ReceiptKey, RemovedItem, Signed};
     let text =
         std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
     let r: proto::DeletionReceipt = serde_json::from_str(&text)
@@ -776,11 +776,15 @@ fn verify_receipt(file: &std::path::Path, data_dir: &std::path::Path) -> anyhow:
         target_id: &r.target_id,
         reason: &r.reason,
         requested_by: &r.requested_by,
-        deleted_ms: at.seconds * 1000 + i64::from(at.nanos) / 1_000_000,
+        deleted_ms: crate::receipt::timestamp_millis(at.seconds, at.nanos),
         deleted_payload_ids: r.deleted_payload_ids.iter().map(String::as_str).collect(),
         bytes_deleted: r.bytes_deleted,
         content_sha256: r.content_sha256.iter().map(String::as_str).collect(),
         removed: &removed,
+        purge_confirmed: PurgeConfirmation::from_message(
+            r.purge_confirmed_at.as_ref().map(|t| (t.seconds, t.nanos)),
+            r.purge_replicas,
+        ),
     };
     if key.verify(&signed, &r.signature) {
         println!(

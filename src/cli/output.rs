@@ -210,6 +210,13 @@ pub fn receipt(r: &proto::DeletionReceipt) {
         r.bytes_deleted,
         time(r.deleted_at.as_ref())
     );
+    if r.purge_confirmed_at.is_some() {
+        println!(
+            "  every local copy purged on {} replicas by {}",
+            r.purge_replicas,
+            time(r.purge_confirmed_at.as_ref())
+        );
+    }
     for (id, sha) in r.deleted_payload_ids.iter().zip(&r.content_sha256) {
         println!("  {id}  sha256 {sha}");
     }

@@ -422,15 +422,16 @@ fn receipt_from_json(text: &str) -> Result<ReceiptRecord, String> {
         tenant: String::new(),
         owner: String::new(),
         share_with: Vec::new(),
-        deleted_ms: at
-            .seconds
-            .saturating_mul(1000)
-            .saturating_add(i64::from(at.nanos) / 1_000_000),
+        deleted_ms: crate::receipt::timestamp_millis(at.seconds, at.nanos),
         deleted_payload_ids,
         bytes_deleted: m.bytes_deleted,
         content_sha256: m.content_sha256,
         removed: m.removed.into_iter().map(RemovedItem::from).collect(),
         signature: m.signature,
+        purge_confirmed: crate::receipt::PurgeConfirmation::from_message(
+            m.purge_confirmed_at.as_ref().map(|t| (t.seconds, t.nanos)),
+            m.purge_replicas,
+        ),
     })
 }
 
@@ -451,6 +452,9 @@ fn receipt_view(ctx: &Ctx, r: &ReceiptRecord) -> Markup {
                 dt { "At" } dd { (views::time(r.deleted_ms)) }
                 dt { "Payloads" } dd { (r.deleted_payload_ids.len()) ", " (views::bytes(r.bytes_deleted)) }
                 dt { "Items removed" } dd { (r.removed.len()) }
+                @if let Some(p) = r.purge_confirmed {
+                    dt { "Purge confirmed" } dd { (views::time(p.at_ms)) ", by " (p.replicas) " replicas" }
+                }
                 dt { "Signature" } dd { code class="hash" { (r.signature) } }
             }
             @if !r.removed.is_empty() {
@@ -607,6 +611,41 @@ mod tests {
             ..e
         };
         assert!(from_event(&odd).is_none());
+    }
+
+    #[test]
+    fn a_pasted_receipt_keeps_its_purge_confirmation_in_the_signed_fields() {
+        let r = ReceiptRecord {
+            id: crate::ids::ReceiptId::generate(),
+            target_id: "pl_00000000000000000000000000000003".into(),
+            reason: "asked".into(),
+            requested_by: "alice".into(),
+            tenant: String::new(),
+            owner: String::new(),
+            share_with: Vec::new(),
+            deleted_ms: 1_796_031_106_334,
+            deleted_payload_ids: Vec::new(),
+            bytes_deleted: 42,
+            content_sha256: vec!["ab".into()],
+            removed: Vec::new(),
+            signature: "00".into(),
+            purge_confirmed: Some(crate::receipt::PurgeConfirmation {
+                at_ms: 1_796_031_106_900,
+                replicas: 3,
+            }),
+        };
+        let canonical = |r: &ReceiptRecord| crate::receipt::canonical(&Signed::from(r));
+        let json = receipt_json(&r);
+        assert!(json.contains("purgeConfirmedAt"), "{json}");
+        let back = receipt_from_json(&json).unwrap();
+        assert_eq!(back.purge_confirmed, r.purge_confirmed);
+        assert_eq!(canonical(&back), canonical(&r));
+        // Without the confirmation the signed fields differ.
+        let mut plain: serde_json::Value = serde_json::from_str(&json).unwrap();
+        plain.as_object_mut().unwrap().remove("purgeConfirmedAt");
+        let back = receipt_from_json(&plain.to_string()).unwrap();
+        assert_eq!(back.purge_confirmed, None);
+        assert_ne!(canonical(&back), canonical(&r));
     }
 
     #[test]

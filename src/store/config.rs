@@ -56,6 +56,12 @@ pub struct StoreConfig {
     /// copies of what any replica deleted (default 250 ms).
     #[serde(with = "humantime_serde")]
     pub purge_interval: std::time::Duration,
+    /// With `blobs = "s3://…"`: how long DeletePayload and DeleteSession
+    /// wait for every live replica to purge its local copies before they
+    /// answer (default 5 s); the receipt then says when that was, and
+    /// leaves it out when the wait ran out.
+    #[serde(with = "humantime_serde")]
+    pub purge_confirm_timeout: std::time::Duration,
 }
 
 impl Default for StoreConfig {
@@ -69,6 +75,7 @@ impl Default for StoreConfig {
             s3: super::object_blobs::S3Config::default(),
             local_cache_bytes: 8 << 30,
             purge_interval: std::time::Duration::from_millis(250),
+            purge_confirm_timeout: std::time::Duration::from_secs(5),
         }
     }
 }

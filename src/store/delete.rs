@@ -15,6 +15,22 @@
 //!    (line index, names, content index, expiry, derived index), takes the
 //!    freed usage off surviving sessions, and removes the intent.
 //!
+//! **Fleet mode.** Step 2 also appends the deleted payloads' local copies
+//! to the purge log ([`Tree::Purges`]), which every replica tails
+//! ([`Store::purge_step`]) with an exclusive cursor. An entry's key starts
+//! with a position allocated under the deletion lock, strictly after the
+//! newest entry's (kept in [`Tree::Meta`] and committed with the entry), so
+//! keys grow in commit order even when the deleting replicas' clocks
+//! disagree or step back: a tailer past a key has seen every entry before
+//! it. Each replica records how far it got and when
+//! ([`Tree::PurgeProgress`], at least every [`HEARTBEAT_MS`]). DeletePayload
+//! and DeleteSession then wait, up to `store.purge_confirm_timeout`, until
+//! every live replica (one that reported within [`LIVE_MS`]) has passed the
+//! deletion's entry, and sign that time and the replica count into the
+//! receipt ([`Store::confirm_purge`]). Liveness compares one replica's
+//! clock with another's report, so it assumes clocks agree to well within
+//! [`LIVE_MS`].
+//!
 //! A crash after step 2 leaves the intent; [`Store::finish_interrupted`]
 //! redoes steps 3 and 4 at the next start, before reconciliation. Both are
 //! idempotent, and the usage change commits together with the intent's
@@ -80,12 +96,17 @@ struct Plan {
     touched: BTreeSet<SessionId>,
 }
 
-/// The key of a deletion's purge entry: in time order.
-fn purge_key(deleted_ms: crate::clock::Millis, receipt: &ReceiptId) -> Vec<u8> {
-    let mut k = (deleted_ms.max(0) as u64).to_be_bytes().to_vec();
+/// The key of a deletion's purge entry: its position (see
+/// [`Store::next_purge_position`]), then the receipt ID.
+fn purge_key(position_ms: u64, receipt: &ReceiptId) -> Vec<u8> {
+    let mut k = position_ms.to_be_bytes().to_vec();
     k.extend_from_slice(receipt.as_str().as_bytes());
     k
 }
+
+/// Where in [`Tree::Meta`] the newest purge entry's position is kept (8
+/// bytes, big-endian milliseconds).
+const PURGE_HIGH_WATER: &[u8] = b"purges.high_water";
 
 /// How long purge entries stay for replicas to tail; a replica away for
 /// longer reconciles its directory at startup instead.
@@ -98,15 +119,60 @@ pub struct PurgeStep {
     pub removed: u64,
     /// Where the next pass resumes.
     pub cursor: Option<Vec<u8>>,
+    /// When this replica last recorded its progress (store clock).
+    pub reported_ms: crate::clock::Millis,
+}
+
+/// A replica reports its purge progress at least this often (more often
+/// when its cursor moves).
+pub const HEARTBEAT_MS: crate::clock::Millis = 1_000;
+
+/// A replica whose last report is older than this is taken for gone: a
+/// deletion does not wait for it.
+pub const LIVE_MS: crate::clock::Millis = 3_000;
+
+/// How often a deletion looks at the replicas' progress while it waits.
+const CONFIRM_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// A replica's entry in [`Tree::PurgeProgress`].
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Progress {
+    /// The purge key it has applied everything up to (hex; empty for none).
+    cursor: String,
+    /// When it said so, by its clock.
+    reported_ms: crate::clock::Millis,
+    /// How often it reports at least: the larger of [`HEARTBEAT_MS`] and
+    /// its `store.purge_interval`.
+    #[serde(default)]
+    every_ms: crate::clock::Millis,
+}
+
+impl Progress {
+    /// Whether the replica reported recently enough, at `now`, to be taken
+    /// for alive: within [`LIVE_MS`], or three of its own report periods
+    /// when it tails less often than that.
+    fn live(&self, now: crate::clock::Millis) -> bool {
+        now - self.reported_ms <= LIVE_MS.max(self.every_ms.saturating_mul(3))
+    }
 }
 
 impl Store {
     /// Removes this replica's local copies of what deletions (on any
-    /// replica) removed since `after`, and drops purge entries older than
-    /// an hour. Called every moment by the server in fleet mode.
-    pub fn purge_step(&self, after: Option<&[u8]>) -> Result<PurgeStep> {
+    /// replica) removed since `last.cursor`, records how far it got under
+    /// `replica` when the cursor moved or [`HEARTBEAT_MS`] after
+    /// `last.reported_ms`, and drops purge entries and progress reports
+    /// older than an hour. Called every `every` (`store.purge_interval`)
+    /// by the server in fleet mode.
+    pub fn purge_step(
+        &self,
+        replica: &str,
+        every: std::time::Duration,
+        last: &PurgeStep,
+    ) -> Result<PurgeStep> {
+        let after = last.cursor.as_deref();
         let mut step = PurgeStep {
-            cursor: after.map(<[u8]>::to_vec),
+            cursor: last.cursor.clone(),
+            reported_ms: last.reported_ms,
             ..PurgeStep::default()
         };
         let start = after.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded);
@@ -131,7 +197,43 @@ impl Store {
             }
             step.cursor = Some(key);
         }
-        let old = self.now_ms().max(0) as u64;
+        let now = self.now_ms();
+        if step.cursor != last.cursor || now - last.reported_ms >= HEARTBEAT_MS {
+            let progress = Progress {
+                cursor: step.cursor.as_deref().map(hex::encode).unwrap_or_default(),
+                reported_ms: now,
+                every_ms: HEARTBEAT_MS.max(i64::try_from(every.as_millis()).unwrap_or(i64::MAX)),
+            };
+            self.engine.put(
+                Tree::PurgeProgress,
+                replica.as_bytes(),
+                &serde_json::to_vec(&progress).expect("a struct of strings and integers"),
+            )?;
+            step.reported_ms = now;
+        }
+        let gone: Vec<Vec<u8>> = self
+            .engine
+            .range(
+                Tree::PurgeProgress,
+                std::ops::Bound::Unbounded,
+                std::ops::Bound::Unbounded,
+                4096,
+            )?
+            .into_iter()
+            .filter(|(_, v)| {
+                serde_json::from_slice::<Progress>(v)
+                    .is_ok_and(|p| now - p.reported_ms > PURGE_KEEP_MS as crate::clock::Millis)
+            })
+            .map(|(k, _)| k)
+            .collect();
+        if !gone.is_empty() {
+            let mut b = Batch::new();
+            for k in gone {
+                b.delete(Tree::PurgeProgress, k);
+            }
+            self.engine.commit(&b)?;
+        }
+        let old = now.max(0) as u64;
         let horizon = old.saturating_sub(PURGE_KEEP_MS).to_be_bytes();
         let stale = self.engine.range(
             Tree::Purges,
@@ -150,6 +252,96 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Fleet mode: waits, up to `store.purge_confirm_timeout`, until every
+    /// live replica has applied the purge entry `purge` of `receipt`'s
+    /// deletion, then records when and how many in the receipt, signs it
+    /// again and stores it. Without a purge entry, when the wait runs out,
+    /// or when the engine fails meanwhile (the deletion is done and durable
+    /// either way), the receipt comes back as it was.
+    pub(super) fn confirm_purge(
+        &self,
+        receipt: ReceiptRecord,
+        purge: Option<Vec<u8>>,
+    ) -> ReceiptRecord {
+        let (Some(settings), Some(target)) = (&self.settings.objects, purge) else {
+            return receipt;
+        };
+        if receipt.deleted_payload_ids.is_empty() {
+            return receipt;
+        }
+        match self.await_purge(&receipt, &target, settings.purge_confirm_timeout) {
+            Ok(Some(confirmed)) => confirmed,
+            Ok(None) => receipt,
+            Err(e) => {
+                tracing::warn!(receipt_id = %receipt.id, error = %e, "could not confirm the purge; the receipt goes without the confirmation");
+                receipt
+            }
+        }
+    }
+
+    fn await_purge(
+        &self,
+        receipt: &ReceiptRecord,
+        target: &[u8],
+        timeout: std::time::Duration,
+    ) -> Result<Option<ReceiptRecord>> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let now = self.now_ms();
+            let reports = self.engine.range(
+                Tree::PurgeProgress,
+                std::ops::Bound::Unbounded,
+                std::ops::Bound::Unbounded,
+                4096,
+            )?;
+            let live: Vec<Vec<u8>> = reports
+                .iter()
+                .filter_map(|(_, v)| serde_json::from_slice::<Progress>(v).ok())
+                .filter(|p| p.live(now))
+                .map(|p| hex::decode(p.cursor).unwrap_or_default())
+                .collect();
+            if !live.is_empty() && live.iter().all(|c| c.as_slice() >= target) {
+                let mut confirmed = receipt.clone();
+                confirmed.purge_confirmed = Some(crate::receipt::PurgeConfirmation {
+                    at_ms: now,
+                    replicas: u32::try_from(live.len()).unwrap_or(u32::MAX),
+                });
+                confirmed.signature = self
+                    .receipt_key
+                    .sign(&crate::receipt::Signed::from(&confirmed));
+                self.engine.put(
+                    Tree::Receipts,
+                    confirmed.id.as_str().as_bytes(),
+                    &records::encode(&confirmed),
+                )?;
+                return Ok(Some(confirmed));
+            }
+            if std::time::Instant::now() >= deadline {
+                let waiting = live.iter().filter(|c| c.as_slice() < target).count();
+                tracing::warn!(receipt_id = %receipt.id, live = live.len(), waiting, "not every live replica confirmed the purge in time; the receipt goes without the confirmation");
+                return Ok(None);
+            }
+            std::thread::sleep(CONFIRM_POLL);
+        }
+    }
+
+    /// The position of the next purge entry: the deleting clock's time, or
+    /// one past the newest entry's position when that is not behind it.
+    /// Called under the deletion lock, and committed with the entry, so
+    /// positions grow in commit order whatever the replicas' clocks say: a
+    /// replica tailing past a position has seen every entry before it.
+    fn next_purge_position(&self, now: crate::clock::Millis) -> Result<u64> {
+        let newest = match self.engine.get(Tree::Meta, PURGE_HIGH_WATER)? {
+            Some(raw) => u64::from_be_bytes(raw.as_slice().try_into().map_err(|_| {
+                StoreError::Corrupt(records::RecordError::UnknownFormat(raw.first().copied()))
+            })?),
+            None => 0,
+        };
+        Ok((now.max(0) as u64).max(newest.saturating_add(1)))
+    }
+}
+
 /// The name of the deletion lock across replicas.
 const DELETE_LOCK: &str = "deletions";
 
@@ -161,6 +353,15 @@ impl Store {
     /// Deletes `req.target` and everything derived from it; returns the
     /// signed receipt once the deletion is complete and durable.
     pub fn delete(&self, req: &Request<'_>) -> Result<ReceiptRecord> {
+        self.delete_logged(req).map(|(receipt, _)| receipt)
+    }
+
+    /// [`Store::delete`], with the key of the deletion's purge entry (fleet
+    /// mode) for [`Store::confirm_purge`].
+    pub(super) fn delete_logged(
+        &self,
+        req: &Request<'_>,
+    ) -> Result<(ReceiptRecord, Option<Vec<u8>>)> {
         let _one_at_a_time = self.lock_named(&self.delete_lock, DELETE_LOCK)?;
         let mut plan = self.plan(&req.target)?;
         for _ in 0..PLAN_ATTEMPTS {
@@ -401,7 +602,7 @@ impl Store {
         }
     }
 
-    fn carry_out(&self, req: &Request<'_>, plan: Plan) -> Result<ReceiptRecord> {
+    fn carry_out(&self, req: &Request<'_>, plan: Plan) -> Result<(ReceiptRecord, Option<Vec<u8>>)> {
         let root = match &req.target {
             Target::Payload(id) => self.payload(id)?.session_id,
             Target::Session(s) | Target::SessionContents(s) => s.clone(),
@@ -421,6 +622,7 @@ impl Store {
             content_sha256: plan.payloads.iter().map(|p| p.sha256.clone()).collect(),
             removed: plan.items,
             signature: String::new(),
+            purge_confirmed: None,
         };
         receipt.signature = self
             .receipt_key
@@ -446,6 +648,7 @@ impl Store {
             records::encode(&intent),
         )
         .put(Tree::DeletedTargets, req.target.id(), receipt.id.as_str());
+        let mut purge = None;
         if self.objects.is_some() {
             // Every replica's local copies go too: each tails this.
             let copies: Vec<(String, String)> = intent
@@ -453,11 +656,19 @@ impl Store {
                 .iter()
                 .map(|p| (p.session_id.to_string(), p.name.clone()))
                 .collect();
+            let position = self.next_purge_position(receipt.deleted_ms)?;
+            let key = purge_key(position, &receipt.id);
             b.put(
                 Tree::Purges,
-                purge_key(receipt.deleted_ms, &receipt.id),
+                key.clone(),
                 serde_json::to_vec(&copies).expect("strings serialize"),
+            )
+            .put(
+                Tree::Meta,
+                PURGE_HIGH_WATER,
+                position.to_be_bytes().to_vec(),
             );
+            purge = Some(key);
         }
         if let Some(lease) = req.fence {
             // Once the intent is in, finishing is safe for anyone; a reaper
@@ -478,7 +689,7 @@ impl Store {
         crate::faults::hit("deletion.after_files");
         self.commit_removal(&intent)?;
         self.drop_cached(&receipt);
-        Ok(receipt)
+        Ok((receipt, purge))
     }
 
     fn remove_files(&self, intent: &DeletionIntent) -> Result<()> {
@@ -605,5 +816,27 @@ impl Store {
                 return Ok(out);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replica_is_live_for_3_s_or_three_of_its_own_report_periods() {
+        let p = |reported_ms, every_ms| Progress {
+            cursor: String::new(),
+            reported_ms,
+            every_ms,
+        };
+        assert!(p(10_000, 1_000).live(13_000));
+        assert!(!p(10_000, 1_000).live(13_001));
+        // A replica tailing every 10 s is waited for up to 30 s.
+        assert!(p(10_000, 10_000).live(40_000));
+        assert!(!p(10_000, 10_000).live(40_001));
+        // A report without the period (an older replica): the 3 s bound.
+        let old: Progress = serde_json::from_str(r#"{"cursor":"","reported_ms":10000}"#).unwrap();
+        assert!(old.live(13_000) && !old.live(13_001));
     }
 }

@@ -50,12 +50,18 @@ pub enum Tree {
     /// has to remove. Written before any file goes; finished at startup
     /// after a crash.
     DeletionIntents,
-    /// `deleted_ms(be) receipt_id` → the local copies a deletion purges
-    /// (fleet mode): every replica tails it and removes its copies.
+    /// `position(be u64) receipt_id` → the local copies a deletion purges
+    /// (fleet mode): every replica tails it and removes its copies. The
+    /// position is the deletion's time in milliseconds, raised past the
+    /// newest entry's when a clock is behind, so keys grow in commit order
+    /// (see `store::delete`).
     Purges,
     /// `tenant \0 day(be u64)` → that day's usage sample (see
     /// `store::history`).
     UsageHistory,
+    /// `replica` → how far it has applied [`Tree::Purges`] and when it last
+    /// said so (fleet mode; see `store::delete`).
+    PurgeProgress,
 }
 
 /// The metadata engine's page cache when the configuration names none:
@@ -65,7 +71,7 @@ pub const DEFAULT_CACHE_BYTES: usize = 64 << 20;
 
 impl Tree {
     /// Every tree, in a fixed order.
-    pub const ALL: [Tree; 17] = [
+    pub const ALL: [Tree; 18] = [
         Tree::Meta,
         Tree::Sessions,
         Tree::TenantSessions,
@@ -83,6 +89,7 @@ impl Tree {
         Tree::DeletionIntents,
         Tree::Purges,
         Tree::UsageHistory,
+        Tree::PurgeProgress,
     ];
 
     /// The tree's name inside the engine.
@@ -105,6 +112,7 @@ impl Tree {
             Tree::DeletionIntents => "deletion_intents.v1",
             Tree::Purges => "purges.v1",
             Tree::UsageHistory => "usage_history.v1",
+            Tree::PurgeProgress => "purge_progress.v1",
         }
     }
 

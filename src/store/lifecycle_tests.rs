@@ -428,6 +428,7 @@ fn a_deletion_interrupted_after_its_intent_is_finished_at_the_next_open() {
                 content_sha256: vec![gone.sha256.clone()],
                 removed: vec![],
                 signature: String::new(),
+                purge_confirmed: None,
             };
             put_record(&store, Tree::Receipts, receipt.id.as_str(), &receipt);
             (s, gone, kept)
@@ -553,4 +554,66 @@ fn usage_history_keeps_a_deleted_sessions_day_and_survives_a_reopen() {
         let h = store.usage_history("acme", HISTORY_DAYS).unwrap();
         assert_eq!(h.len(), 1, "{engine:?}: {h:?}");
     });
+}
+
+/// Fleet mode's two replicas in one process: stores over one Postgres
+/// database and one bucket, each with its own directory of local copies,
+/// on one manual clock.
+fn replicas(clock: &ManualClock, dirs: [&Path; 2]) -> [Store; 2] {
+    let url = crate::testing::postgres::database().url();
+    let (bucket, s3) = crate::testing::s3::bucket();
+    dirs.map(|dir| {
+        let settings = StoreSettings {
+            engine: EngineKind::Postgres,
+            max_payload_bytes: 1 << 20,
+            retention: 24 * HOUR,
+            session_ttl: 48 * HOUR,
+            cache_bytes: engine::DEFAULT_CACHE_BYTES,
+            postgres: Some(PostgresSettings::new(url.clone())),
+            objects: Some(ObjectSettings {
+                url: bucket.clone(),
+                s3: s3.clone(),
+                local_cache_bytes: 1 << 20,
+                // Nobody tails here but the test: no waiting for it.
+                purge_confirm_timeout: Duration::ZERO,
+            }),
+        };
+        open_with(dir, settings, clock, Arc::new(NoContentCache), &mut |_| {
+            Ok(())
+        })
+        .0
+    })
+}
+
+#[test]
+fn a_replica_tailing_the_purge_log_purges_a_deletion_made_after_the_clock_stepped_back() {
+    let clock = ManualClock::new(1_800_000_000_000);
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let [a, b] = replicas(&clock, [dir_a.path(), dir_b.path()]);
+    let s = session(&a);
+    let first = put(&a, &s.id, b"first\n", UploadMeta::default()).unwrap();
+    let second = put(&a, &s.id, b"second\n", UploadMeta::default()).unwrap();
+    // Replica b reads both, so it holds a local copy of each.
+    for p in [&first, &second] {
+        b.open_payload(&b.payload(&p.id).unwrap()).unwrap();
+    }
+    let every = Duration::from_millis(250);
+    let mut tail = b.purge_step("b", every, &PurgeStep::default()).unwrap();
+    assert!(file_names(&b, &s.id).contains(&second.name));
+
+    a.delete_payload(&first.id, "alice", "").unwrap();
+    tail = b.purge_step("b", every, &tail).unwrap();
+    assert_eq!(tail.removed, 1);
+    assert!(!file_names(&b, &s.id).contains(&first.name));
+
+    // The deleting clock steps back a minute (NTP, or another replica's
+    // clock behind this one's): the next entry still sorts after b's cursor.
+    clock.set(clock.now_ms() - 60_000);
+    a.delete_payload(&second.id, "alice", "").unwrap();
+    tail = b.purge_step("b", every, &tail).unwrap();
+    assert_eq!(
+        tail.removed, 1,
+        "b missed the second deletion's purge entry"
+    );
+    assert!(!file_names(&b, &s.id).contains(&second.name));
 }

@@ -26,6 +26,7 @@ mod bridge;
 mod config;
 mod content;
 mod delete;
+pub use delete::PurgeStep;
 pub mod engine;
 mod expiry;
 mod history;
@@ -223,6 +224,8 @@ pub struct ObjectSettings {
     pub s3: S3Config,
     /// Bytes of local copies each replica keeps at most.
     pub local_cache_bytes: u64,
+    /// How long a deletion waits for every live replica's purge.
+    pub purge_confirm_timeout: std::time::Duration,
 }
 
 /// What a new session is made of.
@@ -692,12 +695,13 @@ impl Store {
         requested_by: &str,
         reason: &str,
     ) -> Result<ReceiptRecord> {
-        self.delete(&delete::Request {
+        let (receipt, purge) = self.delete_logged(&delete::Request {
             target: delete::Target::Session(id.clone()),
             requested_by,
             reason,
             fence: None,
-        })
+        })?;
+        Ok(self.confirm_purge(receipt, purge))
     }
 
     /// Places (`Some`) or lifts (`None`) a legal hold on a session.
@@ -977,12 +981,13 @@ impl Store {
         requested_by: &str,
         reason: &str,
     ) -> Result<ReceiptRecord> {
-        self.delete(&delete::Request {
+        let (receipt, purge) = self.delete_logged(&delete::Request {
             target: delete::Target::Payload(id.clone()),
             requested_by,
             reason,
             fence: None,
-        })
+        })?;
+        Ok(self.confirm_purge(receipt, purge))
     }
 
     /// Whether a receipt's signature is this server's.

@@ -6,7 +6,9 @@
 //! An upload goes to the object (multipart above [`PART_BYTES`]) after its
 //! bytes are complete and hashed locally and before the metadata commits,
 //! so an acknowledged payload is always whole in the bucket; an upload that
-//! fails midway is aborted, which removes its parts.
+//! fails midway, or runs out of time, is aborted, which removes its parts.
+//! A replica killed mid-upload cannot abort: the bucket's lifecycle rule
+//! for incomplete multipart uploads removes those parts.
 //!
 //! **The local copy.** Exec preopens, Search's maps and Inspect read local
 //! files, so the session directories on each replica are a cache of the
@@ -26,8 +28,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::multipart::{MultipartStore as _, PartId};
 use object_store::path::Path as ObjectPath;
-use object_store::{ObjectStoreExt as _, PutPayload, WriteMultipart};
+use object_store::{MultipartId, ObjectStoreExt as _, PutPayload};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 use tokio_stream::StreamExt as _;
@@ -39,6 +42,89 @@ use crate::ids::{PayloadId, SessionId};
 pub const PART_BYTES: usize = 8 << 20;
 /// Parts in flight at once per upload.
 const PART_CONCURRENCY: usize = 2;
+/// How long the abort of a failed multipart upload may take.
+const ABORT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Refuses a file that does not hold the bytes the upload counted.
+fn check_size(read: u64, size: u64) -> Result<(), ObjectError> {
+    if read == size {
+        return Ok(());
+    }
+    Err(ObjectError::Io(std::io::Error::other(format!(
+        "the upload's local file holds {read} bytes where {size} were written; it changed before it reached the bucket"
+    ))))
+}
+
+/// Reads up to `buf.len()` bytes, fewer only at the end of the file.
+fn read_full(file: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// Puts `file` as the parts of multipart upload `id` (at most
+/// [`PART_CONCURRENCY`] in flight) and completes it; the caller aborts it
+/// on failure.
+async fn put_parts(
+    store: Arc<AmazonS3>,
+    key: ObjectPath,
+    id: MultipartId,
+    mut file: std::fs::File,
+    size: u64,
+) -> Result<(), ObjectError> {
+    let mut in_flight: tokio::task::JoinSet<PartResult> = tokio::task::JoinSet::new();
+    let mut parts: Vec<(usize, PartId)> = Vec::new();
+    let mut read = 0u64;
+    for idx in 0.. {
+        let mut buf = vec![0u8; PART_BYTES];
+        let n = read_full(&mut file, &mut buf)?;
+        if n == 0 {
+            break;
+        }
+        buf.truncate(n);
+        read += n as u64;
+        while in_flight.len() >= PART_CONCURRENCY {
+            parts.push(joined(in_flight.join_next().await)?);
+        }
+        let (store, key, id) = (store.clone(), key.clone(), id.clone());
+        in_flight.spawn(async move {
+            let part = store
+                .put_part(&key, &id, idx, PutPayload::from(buf))
+                .await
+                .map_err(unavailable)?;
+            Ok((idx, part))
+        });
+    }
+    while let Some(done) = in_flight.join_next().await {
+        parts.push(joined(Some(done))?);
+    }
+    check_size(read, size)?;
+    parts.sort_by_key(|(idx, _)| *idx);
+    store
+        .complete_multipart(&key, &id, parts.into_iter().map(|(_, p)| p).collect())
+        .await
+        .map_err(unavailable)?;
+    Ok(())
+}
+
+/// A part's upload: its index and its ID in the upload.
+type PartResult = Result<(usize, PartId), ObjectError>;
+
+/// A part's upload task's result.
+fn joined(done: Option<Result<PartResult, tokio::task::JoinError>>) -> PartResult {
+    match done {
+        Some(Ok(r)) => r,
+        Some(Err(e)) => Err(unavailable(format!("a part's upload task failed: {e}"))),
+        None => Err(unavailable("no part's upload was in flight")),
+    }
+}
 
 /// The `[store.s3]` section: where the bucket is and how to sign. Empty
 /// fields fall back to the standard `AWS_*` environment variables.
@@ -293,7 +379,15 @@ impl ObjectBlobs {
         &self,
         f: impl Future<Output = Result<T, ObjectError>> + Send + 'static,
     ) -> Result<T, ObjectError> {
-        let timeout = self.timeout;
+        self.run_within(self.timeout, f)
+    }
+
+    /// [`ObjectBlobs::run`] with a bound of the caller's.
+    fn run_within<T: Send + 'static>(
+        &self,
+        timeout: Duration,
+        f: impl Future<Output = Result<T, ObjectError>> + Send + 'static,
+    ) -> Result<T, ObjectError> {
         self.bridge
             .wait(async move {
                 match tokio::time::timeout(timeout, f).await {
@@ -318,8 +412,11 @@ impl ObjectBlobs {
     }
 
     /// Stores `file` (complete, `size` bytes) as the payload's object;
-    /// returns once the object is complete. A failure aborts the upload,
-    /// so no parts are left behind.
+    /// returns once the object is complete. A file that does not hold
+    /// exactly `size` bytes is refused. A multipart upload that fails for
+    /// any reason, running out of time included, is aborted, so no parts
+    /// are left behind (unless the abort cannot reach the bucket either:
+    /// then the bucket's lifecycle rule removes them).
     pub fn put_file(
         &self,
         session: &SessionId,
@@ -329,42 +426,42 @@ impl ObjectBlobs {
     ) -> Result<(), ObjectError> {
         let store = self.store.clone();
         let key = self.key(session, payload);
-        self.run(async move {
-            let mut file = file;
-            if size <= PART_BYTES as u64 {
+        if size <= PART_BYTES as u64 {
+            return self.run(async move {
+                let mut file = file;
                 let mut buf = Vec::with_capacity(size as usize);
                 file.read_to_end(&mut buf)?;
+                check_size(buf.len() as u64, size)?;
                 store
                     .put(&key, PutPayload::from(buf))
                     .await
                     .map_err(unavailable)?;
-                return Ok(());
-            }
-            let upload = store.put_multipart(&key).await.map_err(unavailable)?;
-            let mut w = WriteMultipart::new_with_chunk_size(upload, PART_BYTES);
-            let mut buf = vec![0u8; PART_BYTES];
-            let result: Result<(), ObjectError> = async {
-                loop {
-                    let n = file.read(&mut buf)?;
-                    if n == 0 {
-                        return Ok(());
-                    }
-                    w.wait_for_capacity(PART_CONCURRENCY)
-                        .await
-                        .map_err(unavailable)?;
-                    w.write(&buf[..n]);
+                Ok(())
+            });
+        }
+        let timeout = self.timeout;
+        // The transfer has `timeout`; the abort after it its own bound.
+        self.run_within(timeout + ABORT_TIMEOUT, async move {
+            let id = store.create_multipart(&key).await.map_err(unavailable)?;
+            let transfer = put_parts(store.clone(), key.clone(), id.clone(), file, size);
+            let failure = match tokio::time::timeout(timeout, transfer).await {
+                Ok(Ok(())) => return Ok(()),
+                Ok(Err(e)) => e,
+                Err(_) => unavailable(format!(
+                    "the multipart upload got no answer within {} s",
+                    timeout.as_secs()
+                )),
+            };
+            match tokio::time::timeout(ABORT_TIMEOUT, store.abort_multipart(&key, &id)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "could not abort a failed multipart upload; the bucket's lifecycle rule removes its parts");
+                }
+                Err(_) => {
+                    tracing::warn!("the abort of a failed multipart upload got no answer; the bucket's lifecycle rule removes its parts");
                 }
             }
-            .await;
-            match result {
-                Ok(()) => w.finish().await.map(|_| ()).map_err(unavailable),
-                Err(e) => {
-                    if let Err(abort) = w.abort().await {
-                        tracing::warn!(error = %abort, "could not abort a failed multipart upload; the bucket's lifecycle rule removes its parts");
-                    }
-                    Err(e)
-                }
-            }
+            Err(failure)
         })
     }
 
@@ -437,6 +534,74 @@ impl ObjectBlobs {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_upload_of_three_parts_completes_whole_and_reads_back() {
+        use sha2::Digest as _;
+        use std::io::Seek as _;
+        let (url, config) = crate::testing::s3::bucket();
+        let blobs = ObjectBlobs::open(&url, &config, 1 << 20).unwrap();
+        let data: Vec<u8> = (0..(PART_BYTES * 2 + 12_345) as u32)
+            .map(|i| (i % 251) as u8)
+            .collect();
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(&data).unwrap();
+        file.rewind().unwrap();
+        let (sid, pid) = (SessionId::generate(), PayloadId::generate());
+        blobs.put_file(&sid, &pid, file, data.len() as u64).unwrap();
+        let mut dest = tempfile::tempfile().unwrap();
+        let sha = hex::encode(Sha256::digest(&data));
+        blobs
+            .get_into(
+                &sid,
+                &pid,
+                dest.try_clone().unwrap(),
+                data.len() as u64,
+                &sha,
+            )
+            .unwrap();
+        dest.rewind().unwrap();
+        let mut back = Vec::new();
+        dest.read_to_end(&mut back).unwrap();
+        assert!(back == data, "the object's bytes differ from the file's");
+    }
+
+    #[test]
+    fn a_multipart_upload_that_fails_midway_is_aborted_and_leaves_no_parts() {
+        use std::io::Seek as _;
+        let server = crate::testing::s3::dedicated();
+        let blobs = ObjectBlobs::open(&server.url(), &server.config(), 1 << 20).unwrap();
+        // The check sees an upload that is begun and not finished.
+        let key = ObjectPath::from("probe/unfinished");
+        let (store, k) = (blobs.store.clone(), key.clone());
+        let id = blobs
+            .run(async move { store.create_multipart(&k).await.map_err(unavailable) })
+            .unwrap();
+        assert_eq!(server.pending_multipart_uploads().len(), 1);
+        let store = blobs.store.clone();
+        let k = key.clone();
+        blobs
+            .run(async move { store.abort_multipart(&k, &id).await.map_err(unavailable) })
+            .unwrap();
+        assert!(server.pending_multipart_uploads().is_empty());
+
+        // 12 MiB where 20 MiB were counted: the first part goes up, then
+        // the file ends short, and the upload fails after its parts.
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(&vec![b'x'; 12 << 20]).unwrap();
+        file.rewind().unwrap();
+        let (sid, pid) = (SessionId::generate(), PayloadId::generate());
+        let e = blobs.put_file(&sid, &pid, file, 20 << 20).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("it changed before it reached the bucket"),
+            "{e}"
+        );
+        assert_eq!(server.pending_multipart_uploads(), Vec::<String>::new());
+        // And no object.
+        let dest = tempfile::tempfile().unwrap();
+        assert!(blobs.get_into(&sid, &pid, dest, 12 << 20, "00").is_err());
+    }
+
     use super::*;
 
     #[test]

@@ -13,6 +13,11 @@
 //! that deletes and upserts from arrays), so an ordinary commit is one round
 //! trip and atomic on its own; only a fenced batch needs a transaction.
 //!
+//! Every round trip is counted (`spillway_postgres_round_trips_total`, and
+//! [`crate::metrics::postgres_round_trips`] for benches): a prepared
+//! statement's execution is one, preparing it (once per connection) one
+//! more, and `BEGIN` and `COMMIT` one each.
+//!
 //! **Locks** are session-level advisory locks, taken in ascending key order
 //! on a connection of their own pool, so a holder that needs the engine
 //! meanwhile never waits for its own lock's connection. Dropping the guard
@@ -94,6 +99,25 @@ fn pg_err(e: &tokio_postgres::Error) -> EngineError {
     } else {
         err(text)
     }
+}
+
+/// Counts `n` round trips to the database.
+fn trips(n: u64) {
+    crate::metrics::postgres_round_trip(n);
+}
+
+/// `sql` prepared on `client` (from its cache after the first time), with
+/// the round trip counted when it was not cached.
+async fn prepared(
+    client: &deadpool_postgres::ClientWrapper,
+    sql: &str,
+) -> Result<tokio_postgres::Statement, EngineError> {
+    let before = client.statement_cache.size();
+    let stmt = client.prepare_cached(sql).await.map_err(|e| pg_err(&e))?;
+    if client.statement_cache.size() > before {
+        trips(1);
+    }
+    Ok(stmt)
 }
 
 /// A connection from `pool`, with the wait counted in the metrics.
@@ -342,10 +366,12 @@ impl Engine for PostgresEngine {
         let key = key.to_vec();
         self.run(async move {
             let client = connection(&pool).await?;
-            let stmt = client
-                .prepare_cached("SELECT value FROM spillway_kv WHERE tree = $1 AND key = $2")
-                .await
-                .map_err(|e| pg_err(&e))?;
+            let stmt = prepared(
+                &client,
+                "SELECT value FROM spillway_kv WHERE tree = $1 AND key = $2",
+            )
+            .await?;
+            trips(1);
             let row = client
                 .query_opt(&stmt, &[&tree.name(), &key])
                 .await
@@ -370,10 +396,8 @@ impl Engine for PostgresEngine {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.run(async move {
             let client = connection(&pool).await?;
-            let stmt = client
-                .prepare_cached(&range_sql(&start, &end))
-                .await
-                .map_err(|e| pg_err(&e))?;
+            let stmt = prepared(&client, &range_sql(&start, &end)).await?;
+            trips(1);
             let rows = client
                 .query(
                     &stmt,
@@ -402,18 +426,22 @@ impl Engine for PostgresEngine {
         let pool = self.pool.clone();
         self.run(async move {
             let mut client = connection(&pool).await?;
+            let stmt = prepared(&client, COMMIT_SQL).await?;
             let Some(lease) = fence else {
-                let stmt = client.prepare_cached(COMMIT_SQL).await.map_err(|e| pg_err(&e))?;
+                trips(1);
                 client
                     .execute(&stmt, &[&del_t, &del_k, &put_t, &put_k, &put_v])
                     .await
                     .map_err(|e| pg_err(&e))?;
                 return Ok(());
             };
+            let fence_stmt = prepared(&client, FENCE_SQL).await?;
+            trips(1);
             let txn = client.transaction().await.map_err(|e| pg_err(&e))?;
             let token = i64::try_from(lease.token).map_err(err)?;
+            trips(1);
             if txn
-                .query_opt(FENCE_SQL, &[&lease.name, &token])
+                .query_opt(&fence_stmt, &[&lease.name, &token])
                 .await
                 .map_err(|e| pg_err(&e))?
                 .is_none()
@@ -423,7 +451,8 @@ impl Engine for PostgresEngine {
                     lease.name, lease.token
                 )));
             }
-            txn.execute(COMMIT_SQL, &[&del_t, &del_k, &put_t, &put_k, &put_v])
+            trips(2);
+            txn.execute(&stmt, &[&del_t, &del_k, &put_t, &put_k, &put_v])
                 .await
                 .map_err(|e| pg_err(&e))?;
             txn.commit().await.map_err(|e| pg_err(&e))
@@ -446,8 +475,10 @@ impl Engine for PostgresEngine {
         let locks = self.locks.clone();
         let conn = self.run(async move {
             let conn = connection(&locks).await?;
+            let stmt = prepared(&conn, "SELECT pg_advisory_lock($1)").await?;
             for k in &keys {
-                if let Err(e) = conn.execute("SELECT pg_advisory_lock($1)", &[k]).await {
+                trips(1);
+                if let Err(e) = conn.execute(&stmt, &[k]).await {
                     // Closing the connection releases what it took so far.
                     drop(Object::take(conn));
                     return Err(pg_err(&e));
@@ -476,8 +507,10 @@ impl Engine for PostgresEngine {
         let ttl_ms = ttl.as_millis() as f64;
         self.run(async move {
             let client = connection(&pool).await?;
+            let stmt = prepared(&client, LEASE_SQL).await?;
+            trips(1);
             let row = client
-                .query_opt(LEASE_SQL, &[&name, &holder, &ttl_ms])
+                .query_opt(&stmt, &[&name, &holder, &ttl_ms])
                 .await
                 .map_err(|e| pg_err(&e))?;
             Ok(row.map(|r| Lease {
@@ -494,6 +527,7 @@ impl PostgresEngine {
         let holder = holder.to_owned();
         self.run(async move {
             let client = connection(&pool).await?;
+            trips(2);
             client
                 .execute(
                     "UPDATE spillway_leases SET expires_at = now() WHERE name = $1 AND holder = $2",
@@ -519,8 +553,15 @@ impl Drop for Held {
         };
         // Waits, so the next taker in this process finds the locks free.
         self.bridge.wait(async move {
-            if let Err(e) = conn.execute("SELECT pg_advisory_unlock_all()", &[]).await {
-                tracing::warn!(error = %pg_err(&e), "could not release advisory locks; closing their connection, which releases them");
+            let unlocked = match prepared(&conn, "SELECT pg_advisory_unlock_all()").await {
+                Ok(stmt) => {
+                    trips(1);
+                    conn.execute(&stmt, &[]).await.map_err(|e| pg_err(&e))
+                }
+                Err(e) => Err(e),
+            };
+            if let Err(e) = unlocked {
+                tracing::warn!(error = %e, "could not release advisory locks; closing their connection, which releases them");
                 drop(Object::take(conn));
             }
         });

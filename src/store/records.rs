@@ -240,6 +240,9 @@ pub struct ReceiptRecord {
     /// Signature, once receipts are signed.
     #[serde(default)]
     pub signature: String,
+    /// Fleet mode: when every live replica had purged its local copies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub purge_confirmed: Option<crate::receipt::PurgeConfirmation>,
 }
 
 /// The kinds of [`RemovedItem`].
@@ -376,6 +379,7 @@ mod tests {
             content_sha256: vec![],
             removed: vec![],
             signature: String::new(),
+            purge_confirmed: None,
         };
         let bytes = encode(&r);
         assert_eq!(bytes[0], VALUE_FORMAT);

@@ -22,6 +22,7 @@ impl<'a> From<&'a ReceiptRecord> for Signed<'a> {
             bytes_deleted: r.bytes_deleted,
             content_sha256: r.content_sha256.iter().map(String::as_str).collect(),
             removed: &r.removed,
+            purge_confirmed: r.purge_confirmed,
         }
     }
 }

@@ -477,6 +477,147 @@ async fn a_deletion_on_one_replica_purges_every_replicas_copy_and_the_object() {
 }
 
 #[tokio::test]
+async fn a_deletion_answers_once_every_replica_purged_its_copy_and_the_receipt_signs_when() {
+    let fleet = Fleet::start("").await;
+    let session = session_with(&fleet, proto::Policy::default()).await;
+    let stored = upload(
+        &mut fleet.replicas[0].payloads(ALICE).await,
+        header(&session.id, "confirmed.txt"),
+        b"purged everywhere, and the receipt says so\n",
+    )
+    .await
+    .unwrap();
+    for r in &fleet.replicas {
+        download(&mut r.payloads(ALICE).await, &stored.id)
+            .await
+            .unwrap();
+    }
+    for d in &fleet.data_dirs {
+        assert!(payload_file(d, &session.id, &stored.name).exists());
+    }
+    // Every replica has reported its purge progress (each does at start).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let start = Instant::now();
+    let receipt = fleet.replicas[1]
+        .payloads(ALICE)
+        .await
+        .delete_payload(proto::DeletePayloadRequest {
+            payload_id: stored.id.clone(),
+            reason: "confirm".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let answered = start.elapsed();
+    // By the time the call answers, no replica has a copy.
+    let left: Vec<_> = fleet
+        .data_dirs
+        .iter()
+        .filter(|d| payload_file(d, &session.id, &stored.name).exists())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "copies left when the deletion answered: {left:?}"
+    );
+    let confirmed = receipt
+        .purge_confirmed_at
+        .expect("the receipt carries the purge confirmation");
+    assert_eq!(receipt.purge_replicas, 3);
+    let deleted = receipt.deleted_at.unwrap();
+    let ms = spillway::receipt::timestamp_millis;
+    let confirm_ms = ms(confirmed.seconds, confirmed.nanos) - ms(deleted.seconds, deleted.nanos);
+    assert!(
+        confirm_ms >= 0,
+        "confirmed before the deletion: {confirm_ms} ms"
+    );
+    eprintln!(
+        "purge confirmed by 3 replicas {confirm_ms} ms after the deletion committed; the call took {answered:?}"
+    );
+    // The stored receipt is the confirmed one, on every replica.
+    let channel = fleet.replicas[2].channel().await;
+    let mut audit = AuditClient::with_interceptor(channel, Bearer(Some("tok-audrey".into())));
+    let again = audit
+        .get_receipt(proto::GetReceiptRequest {
+            receipt_id: receipt.id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(again, receipt);
+    // The CLI verifies it with the fleet's key (any replica's copy), and
+    // refuses it with the confirmation dropped or changed.
+    let file = fleet.data_dirs[0].join("receipt.json");
+    let verify = |json: String| {
+        std::fs::write(&file, json).unwrap();
+        command()
+            .args(["audit", "verify-receipt", file.to_str().unwrap()])
+            .args(["--data-dir", fleet.data_dirs[0].to_str().unwrap()])
+            .output()
+            .unwrap()
+    };
+    let out = verify(serde_json::to_string(&receipt).unwrap());
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("verifies"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut dropped = receipt.clone();
+    dropped.purge_confirmed_at = None;
+    let mut fewer = receipt.clone();
+    fewer.purge_replicas = 2;
+    for forged in [dropped, fewer] {
+        let out = verify(serde_json::to_string(&forged).unwrap());
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("does NOT verify"));
+    }
+}
+
+#[tokio::test]
+async fn a_killed_replica_stops_counting_for_the_purge_confirmation_within_its_liveness_bound() {
+    let mut fleet = Fleet::start("").await;
+    let session = session_with(&fleet, proto::Policy::default()).await;
+    let stored = upload(
+        &mut fleet.replicas[0].payloads(ALICE).await,
+        header(&session.id, "outlived.txt"),
+        b"one replica will not see this go\n",
+    )
+    .await
+    .unwrap();
+    for r in &fleet.replicas {
+        download(&mut r.payloads(ALICE).await, &stored.id)
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    fleet.replicas[2].kill9();
+    let start = Instant::now();
+    let receipt = fleet.replicas[0]
+        .payloads(ALICE)
+        .await
+        .delete_payload(proto::DeletePayloadRequest {
+            payload_id: stored.id.clone(),
+            reason: "one replica is gone".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let answered = start.elapsed();
+    eprintln!("with one replica killed, the deletion answered in {answered:?}");
+    // The dead replica's last report ages out (3 s) before the 5 s wait
+    // runs out: the two live replicas confirm.
+    assert!(
+        receipt.purge_confirmed_at.is_some(),
+        "no confirmation after {answered:?}"
+    );
+    assert_eq!(receipt.purge_replicas, 2);
+    assert!(answered < Duration::from_millis(4500), "{answered:?}");
+    for d in &fleet.data_dirs[..2] {
+        assert!(!payload_file(d, &session.id, &stored.name).exists());
+    }
+}
+
+#[tokio::test]
 async fn another_replica_takes_over_the_reaper_when_its_holder_is_killed() {
     let mut fleet = Fleet::start("[reaper]\nlease_ttl = \"2s\"\ninterval = \"200ms\"\n").await;
     let holder = |fleet: &Fleet| -> Option<usize> {
@@ -770,4 +911,246 @@ async fn the_cli_names_its_session_so_its_calls_land_on_one_replica() {
     }
     let d = delta(&before, &fleet.served("Payloads/Read"));
     assert_eq!(d[home], 3, "{d:?}");
+}
+
+/// Round trips to Postgres replica `port`'s process has made so far, by
+/// its metrics.
+fn round_trips_so_far(port: u16) -> u64 {
+    scrape(port)
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("spillway_postgres_round_trips_total ")?
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+        .expect("the replica counts its Postgres round trips") as u64
+}
+
+/// Postgres round trips of each of `n` calls `call` makes to one replica
+/// (whose metrics are on `port`), one call at a time.
+async fn round_trips_each<F, Fut, T>(port: u16, n: usize, mut call: F) -> (Vec<u64>, Vec<T>)
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
+    let (mut trips, mut outs) = (Vec::new(), Vec::new());
+    for i in 0..n {
+        let before = round_trips_so_far(port);
+        outs.push(call(i).await);
+        trips.push(round_trips_so_far(port) - before);
+    }
+    (trips, outs)
+}
+
+/// A turn's tool result.
+fn tool_result(id: &str, content: &[u8]) -> proto::ToolResult {
+    proto::ToolResult {
+        tool_call_id: id.into(),
+        tool_name: "tool".into(),
+        content: content.to_vec().into(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn postgres_round_trips_per_rpc_are_counted_and_an_all_inline_offload_takes_at_most_3() {
+    // Background work (the reaper, the purge log) quiet, so a replica's
+    // round trips are its calls' own.
+    let fleet =
+        Fleet::start_with_store("[reaper]\ninterval = \"1h\"\n", "purge_interval = \"1h\"").await;
+    let port = fleet.metrics_ports[0];
+    let r = &fleet.replicas[0];
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let n = 5;
+    let mut report: Vec<(&str, Vec<u64>)> = Vec::new();
+
+    let sessions = r.sessions(ALICE).await;
+    let (trips, mut created) = round_trips_each(port, n, |_| {
+        let mut sessions = sessions.clone();
+        async move {
+            sessions
+                .create_session(proto::CreateSessionRequest::default())
+                .await
+                .unwrap()
+                .into_inner()
+        }
+    })
+    .await;
+    report.push(("CreateSession", trips));
+    let session = created.pop().unwrap();
+    let sid = session.id.clone();
+    let (trips, _) = round_trips_each(port, n, |_| {
+        let mut sessions = sessions.clone();
+        let sid = sid.clone();
+        async move {
+            sessions
+                .get_session(proto::GetSessionRequest { session_id: sid })
+                .await
+                .unwrap();
+        }
+    })
+    .await;
+    report.push(("GetSession", trips));
+
+    let payloads = r.payloads(ALICE).await;
+    let rows: String = (0..2000)
+        .map(|i| format!("{{\"id\":{i},\"state\":\"open\",\"note\":\"row {i}\"}}\n"))
+        .collect();
+    let (trips, stored) = round_trips_each(port, n, |i| {
+        let mut payloads = payloads.clone();
+        let (sid, rows) = (sid.clone(), rows.clone());
+        async move {
+            upload(
+                &mut payloads,
+                header(&sid, &format!("rows-{i}.ndjson")),
+                rows.as_bytes(),
+            )
+            .await
+            .unwrap()
+        }
+    })
+    .await;
+    report.push(("Upload (80 KB)", trips));
+    let target = stored[0].id.clone();
+
+    let inline = |turn: u32| proto::OffloadRequest {
+        session_id: sid.clone(),
+        turn,
+        results: vec![
+            tool_result("c1", b"{\"ok\":true}"),
+            tool_result("c2", b"a short answer"),
+        ],
+        ..Default::default()
+    };
+    let (trips, _) = round_trips_each(port, n, |i| {
+        let mut payloads = payloads.clone();
+        let req = inline(i as u32 + 1);
+        async move {
+            let out = payloads.offload(req).await.unwrap().into_inner();
+            assert!(out.outcomes.iter().all(|o| o.payload.is_none()), "{out:?}");
+        }
+    })
+    .await;
+    report.push(("Offload, all inline", trips.clone()));
+    let all_inline = trips;
+
+    let (trips, _) = round_trips_each(port, n, |i| {
+        let mut payloads = payloads.clone();
+        let mut req = inline(100 + i as u32);
+        req.results
+            .push(tool_result(&format!("big{i}"), rows.as_bytes()));
+        req.settings = Some(proto::OffloadSettings {
+            per_call_tokens: Some(1000),
+            ..Default::default()
+        });
+        async move {
+            let out = payloads.offload(req).await.unwrap().into_inner();
+            assert_eq!(
+                out.outcomes.iter().filter(|o| o.payload.is_some()).count(),
+                1,
+                "{out:?}"
+            );
+        }
+    })
+    .await;
+    report.push(("Offload, one result offloaded", trips));
+
+    let (trips, _) = round_trips_each(port, n, |i| {
+        let mut payloads = payloads.clone();
+        let target = target.clone();
+        async move {
+            payloads
+                .read(proto::ReadRequest {
+                    payload_id: target,
+                    range: Some(proto::read_request::Range::LineRange(proto::LineRange {
+                        start_line: 100 + i as u64,
+                        end_line: 109 + i as u64,
+                    })),
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+        }
+    })
+    .await;
+    report.push(("Read (10 lines)", trips));
+
+    let (trips, _) = round_trips_each(port, n, |_| {
+        let mut payloads = payloads.clone();
+        let (sid, target) = (sid.clone(), target.clone());
+        async move {
+            let out = payloads
+                .search(proto::SearchRequest {
+                    session_id: sid,
+                    payload_ids: vec![target],
+                    pattern: "row 1999".into(),
+                    fixed_string: true,
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            assert!(!out.matches.is_empty());
+        }
+    })
+    .await;
+    report.push(("Search (one payload)", trips));
+
+    let code = r.codemode(ALICE).await;
+    let (trips, _) = round_trips_each(port, n, |_| {
+        let mut code = code.clone();
+        let (sid, target) = (sid.clone(), target.clone());
+        async move {
+            let out = code
+                .exec(proto::ExecRequest {
+                    session_id: sid,
+                    runtime: "jq".into(),
+                    source: "[inputs | .id] | length".into(),
+                    inputs: vec![target],
+                    args: vec!["-n".into()],
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            assert_eq!(out.stdout, "2000\n", "{out:?}");
+        }
+    })
+    .await;
+    report.push(("Exec (jq, one input)", trips));
+
+    for (rpc, trips) in &report {
+        eprintln!("postgres round trips per call: {rpc}: {trips:?}");
+    }
+    assert!(
+        all_inline.iter().all(|&t| t <= 3),
+        "an all-inline Offload took {all_inline:?} round trips (goal: at most 3)"
+    );
+}
+
+#[tokio::test]
+async fn an_idle_replica_costs_postgres_a_bounded_trickle_of_round_trips() {
+    // Default intervals: the purge log tailed every 250 ms, the reaper's
+    // lease tried every second.
+    let fleet = Fleet::start("").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before: Vec<u64> = fleet
+        .metrics_ports
+        .iter()
+        .map(|&p| round_trips_so_far(p))
+        .collect();
+    let window = Duration::from_secs(5);
+    tokio::time::sleep(window).await;
+    let per_second: Vec<f64> = fleet
+        .metrics_ports
+        .iter()
+        .zip(&before)
+        .map(|(&p, b)| (round_trips_so_far(p) - b) as f64 / window.as_secs_f64())
+        .collect();
+    eprintln!("idle round trips per second, per replica: {per_second:?}");
+    assert!(
+        per_second.iter().all(|&r| r > 0.0 && r < 30.0),
+        "{per_second:?}"
+    );
 }

@@ -178,6 +178,8 @@ def test_delete_payload_returns_its_receipt(session: spillway.Session) -> None:
     p = session.upload(b"x" * 100, name="gone.txt")
     receipt = session.client.delete_payload(p.id, reason="cleanup")
     assert receipt.deleted_payload_ids == (p.id,) and receipt.bytes_deleted == 100
+    # Embedded mode: no replicas to confirm a purge.
+    assert receipt.purge_confirmed_at is None and receipt.purge_replicas == 0
 
 
 def test_policy_and_audit_for_compliance_work(server: Server) -> None:

@@ -451,6 +451,12 @@ class Receipt:
     content_sha256: tuple[str, ...]
     signature: str
     removed: tuple[RemovedItem, ...]
+    #: Fleet mode: when every live replica had purged its local copies
+    #: (signed with the rest); None in embedded mode, or when the deleting
+    #: replica did not see it within ``store.purge_confirm_timeout``.
+    purge_confirmed_at: _dt.datetime | None = None
+    #: How many live replicas confirmed the purge (0 without a confirmation).
+    purge_replicas: int = 0
 
     @classmethod
     def from_proto(cls, m: common_pb2.DeletionReceipt) -> Receipt:
@@ -467,6 +473,8 @@ class Receipt:
             removed=tuple(
                 RemovedItem(r.kind, r.id, r.session_id, r.content_sha256, r.bytes, r.because) for r in m.removed
             ),
+            purge_confirmed_at=_time(m.purge_confirmed_at, m.HasField("purge_confirmed_at")),
+            purge_replicas=m.purge_replicas,
         )
 
 
