@@ -352,7 +352,7 @@ pub fn offload_turn(
             // Nothing was acknowledged: take back what this call stored.
             for id in stored {
                 if let Err(undo) =
-                    store.delete_payload(&id, "spillway", "offload call failed; rolled back")
+                    store.roll_back_payload(&id, "spillway", "offload call failed; rolled back")
                 {
                     tracing::warn!(payload_id = %id, error = %undo, "could not roll back a payload of a failed offload");
                 }

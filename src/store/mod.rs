@@ -974,7 +974,8 @@ impl Store {
         Ok(read::read_range(&mut file, extent, spec, max_bytes)?)
     }
 
-    /// Deletes one payload and what derives from it.
+    /// Deletes one payload and what derives from it; in fleet mode, waits
+    /// for every live replica's purge and says so in the receipt.
     pub fn delete_payload(
         &self,
         id: &PayloadId,
@@ -988,6 +989,23 @@ impl Store {
             fence: None,
         })?;
         Ok(self.confirm_purge(receipt, purge))
+    }
+
+    /// [`Store::delete_payload`] without the wait for the replicas' purge
+    /// (which still happens): for taking back what a failed call stored,
+    /// whose receipt nobody is handed.
+    pub fn roll_back_payload(
+        &self,
+        id: &PayloadId,
+        requested_by: &str,
+        reason: &str,
+    ) -> Result<ReceiptRecord> {
+        self.delete(&delete::Request {
+            target: delete::Target::Payload(id.clone()),
+            requested_by,
+            reason,
+            fence: None,
+        })
     }
 
     /// Whether a receipt's signature is this server's.
