@@ -132,7 +132,7 @@ reliability: images postgres seaweedfs ## Release build, then the full reliabili
 	$(CARGO) build --release --locked --bin spillway --example reliability
 	$(CARGO) run --release --locked --quiet --example reliability -- --out RELIABILITY.md $(RELIABILITY_ARGS)
 
-reliability-smoke: images postgres seaweedfs ## The short reliability suite CI runs (debug build, under 5 minutes)
+reliability-smoke: images postgres seaweedfs ## The short reliability suite CI runs (debug build, about 6 minutes)
 	$(CARGO) build --locked --bin spillway --example reliability
 	$(CARGO) run --locked --quiet --example reliability -- --smoke $(RELIABILITY_ARGS)
 
