@@ -259,6 +259,7 @@ async fn main() {
     })
     .await;
     let (mut code, session) = code_client(&mut server).await;
+    let load_before = load_average();
 
     println!("# Code mode ({}, wasmtime 48)\n", machine());
     if section("warm") {
@@ -274,6 +275,17 @@ async fn main() {
         c_jq_table(rounds, &mut server, &code, &session).await;
     }
     server.stop().await;
+    println!(
+        "\nLoad average (1, 5, 15 min) {load_before} before these tables and {} after.",
+        load_average()
+    );
+}
+
+/// The first three fields of `/proc/loadavg`.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split(' ').take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
 }
 
 async fn warm_table(rounds: usize, code: &mut Code, session: &str) {
@@ -459,7 +471,8 @@ async fn c_jq_table(rounds: usize, server: &mut BenchServer, code: &Code, sessio
             r#"select(.status == "open") | .id"#,
         ),
         (
-            ".[] | .user over an array",
+            // `\|`: the name goes in a Markdown table
+            r".[] \| .user over an array",
             "array.json",
             array.as_bytes(),
             ".[] | .user",
