@@ -16,8 +16,9 @@
 //! up to a bound, for the next exec of the same tenant: creating and
 //! removing directories is what an exec directory costs (on a disk mounted
 //! with `discard`, removing one takes milliseconds), while emptying them
-//! is a few unlinks. A directory that does not empty cleanly, or whose run
-//! did not end cleanly ([`WorkDir::discard`]), is removed instead. Leftovers
+//! is a few unlinks. A directory that does not empty cleanly, that held
+//! many entries, or whose run did not end cleanly ([`WorkDir::discard`]),
+//! is removed instead. Leftovers
 //! of a crash are removed when the server starts.
 
 use std::collections::{HashMap, HashSet};
@@ -226,10 +227,18 @@ impl WorkDir {
     }
 }
 
+/// Entries an exec may leave directly in one of its directories for the
+/// directory to be reused: past this, it is removed instead (a directory
+/// that once held many entries keeps its size, and is slower to list).
+const REUSE_MAX_ENTRIES: usize = 1000;
+
 /// Empties the four directories of an exec, and checks that they are.
 fn empty(d: &Dirs) -> io::Result<()> {
     for dir in [&d.payloads, &d.spillway, &d.tmp, &d.out] {
-        for entry in dir.entries()? {
+        for (n, entry) in dir.entries()?.enumerate() {
+            if n >= REUSE_MAX_ENTRIES {
+                return Err(io::Error::other("too many entries to reuse it"));
+            }
             let entry = entry?;
             let name = entry.file_name();
             if entry.file_type()?.is_dir() {
@@ -799,9 +808,20 @@ mod tests {
         assert!(names(&x1.join("payloads")).is_empty());
         assert!(names(&x1.join("tmp")).is_empty() && names(&x1.join("out")).is_empty());
 
-        // After an unclean run it is removed, not kept.
+        // After an unclean run it is removed, not kept; so is one left with
+        // more entries than are worth emptying.
         again.discard();
         drop(again);
         assert!(names(&exec).is_empty());
+        let full = root.create("x4", "t", &[], "").unwrap();
+        for i in 0..=REUSE_MAX_ENTRIES {
+            std::fs::write(exec.join("x4/tmp").join(format!("f{i}")), b"").unwrap();
+        }
+        drop(full);
+        assert!(names(&exec).is_empty());
+        let small = root.create("x5", "t", &[], "").unwrap();
+        std::fs::write(exec.join("x5/tmp/f"), b"").unwrap();
+        drop(small);
+        assert_eq!(names(&exec), ["x5"]);
     }
 }
