@@ -2,8 +2,9 @@
 //!
 //! - warm exec latency, p50 and p99, of an empty script in each runtime,
 //!   end to end over gRPC (goals: jq and JavaScript ≤ 2 ms, Python ≤ 5 ms);
+//! - where a warm exec's server time goes, part by part (`ExecUsage`);
 //! - a 50 MB NDJSON group-by-and-sum in the jq runtime against native `jaq`
-//!   on the same file (goal ≤ 1.5×);
+//!   on the same file (goal ≤ 1.5×) and against C jq (goal: faster);
 //! - the same question in JavaScript and Python against native Rust
 //!   (`serde_json`, line by line), with native `node` and `python3` shown
 //!   for context.
@@ -16,7 +17,8 @@
 //! and jq and JavaScript empty execs alternate between the two in batches, so
 //! both sides see the same machine state. `SPILLWAY_BENCH_SECTIONS` (comma
 //! separated, default `warm,big,jq`) picks the parts: `warm` the empty-script
-//! latencies (and the baseline table), `big` the 50 MB group-by, `jq` the jq
+//! latencies (and the baseline table), `big` the 50 MB group-by (`bigjq`: its
+//! jq rows only), `jq` the jq
 //! runtime against C jq (Debian's `jq`, what users know) and native jaq on a
 //! `select` over 3 MB of NDJSON and `.[] | .user` over a 35 MB array.
 
@@ -257,6 +259,7 @@ async fn main() {
     })
     .await;
     let (mut code, session) = code_client(&mut server).await;
+    let load_before = load_average();
 
     println!("# Code mode ({}, wasmtime 48)\n", machine());
     if section("warm") {
@@ -265,13 +268,24 @@ async fn main() {
             baseline_table(rounds, &mut code, &session, Path::new(&baseline)).await;
         }
     }
-    if section("big") {
-        big_tables(rounds, &mut server, &code, &session).await;
+    if section("big") || section("bigjq") {
+        big_tables(rounds, &mut server, &code, &session, section("big")).await;
     }
     if section("jq") {
         c_jq_table(rounds, &mut server, &code, &session).await;
     }
     server.stop().await;
+    println!(
+        "\nLoad average (1, 5, 15 min) {load_before} before these tables and {} after.",
+        load_average()
+    );
+}
+
+/// The first three fields of `/proc/loadavg`.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split(' ').take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
 }
 
 async fn warm_table(rounds: usize, code: &mut Code, session: &str) {
@@ -281,6 +295,7 @@ async fn warm_table(rounds: usize, code: &mut Code, session: &str) {
     );
     println!("| --- | --- | --- | --- | --- | --- |");
     let runs = 200 * rounds / 3;
+    let mut parts = Vec::new();
     for (runtime, _, _) in EMPTY {
         let req = empty_exec(session, runtime);
         // Warm-up: compiles or loads the image, fills the instance pool.
@@ -290,13 +305,16 @@ async fn warm_table(rounds: usize, code: &mut Code, session: &str) {
         }
         let mut v = Vec::with_capacity(runs);
         let mut phases = Vec::with_capacity(runs);
+        let mut usages = Vec::with_capacity(runs);
         for _ in 0..runs {
             let t = Instant::now();
             let r = code.exec(req.clone()).await.unwrap().into_inner();
             v.push(t.elapsed().as_secs_f64() * 1000.0);
             let u = r.usage.unwrap_or_default();
             phases.push((u.setup_us, u.instantiate_us, u.run_us));
+            usages.push((t.elapsed().as_micros() as u64, u));
         }
+        parts.push((*runtime, usages));
         v.sort_by(|a, b| a.partial_cmp(b).unwrap());
         let p50 = |f: fn(&(u64, u64, u64)) -> u64| {
             let mut x: Vec<f64> = phases.iter().map(|p| f(p) as f64 / 1000.0).collect();
@@ -311,6 +329,68 @@ async fn warm_table(rounds: usize, code: &mut Code, session: &str) {
             p50(|p| p.0),
             p50(|p| p.1),
             p50(|p| p.2)
+        );
+    }
+    parts_table(&parts);
+}
+
+/// Where a warm exec's time goes: the p50 of each part the server reports
+/// in `ExecUsage`, in microseconds, against the end-to-end time.
+fn parts_table(parts: &[(&str, Vec<(u64, proto::ExecUsage)>)]) {
+    type Part = (&'static str, fn(&proto::ExecUsage) -> u64);
+    const PARTS: &[Part] = &[
+        ("prepare", |u| u.prepare_us),
+        ("queue", |u| u.queue_us),
+        ("module", |u| u.module_us),
+        ("directory", |u| u.setup_us),
+        ("instantiate", |u| u.instantiate_us),
+        ("guest run", |u| u.run_us),
+        ("output", |u| u.output_us),
+        ("audit", |u| u.audit_us),
+        ("cleanup", |u| u.cleanup_us),
+    ];
+    println!("\n### Where a warm empty exec's time goes (p50, µs)\n");
+    println!(
+        "Server-side parts from `ExecUsage`; \"in no part\" is the server's time not in any \
+         other part (thread hops, encoding), and \"client and transport\" the end-to-end time \
+         less the server's.\n"
+    );
+    let names: Vec<&str> = PARTS.iter().map(|p| p.0).collect();
+    println!(
+        "| runtime | {} | in no part | server | client and transport | end to end |",
+        names.join(" | ")
+    );
+    println!("|{}", " --- |".repeat(PARTS.len() + 5));
+    let p50 = |mut x: Vec<f64>| {
+        x.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        percentile(&x, 0.5)
+    };
+    for (runtime, runs) in parts {
+        let cells: Vec<String> = PARTS
+            .iter()
+            .map(|(_, f)| {
+                format!(
+                    "{:.0}",
+                    p50(runs.iter().map(|(_, u)| f(u) as f64).collect())
+                )
+            })
+            .collect();
+        let rest = p50(runs
+            .iter()
+            .map(|(_, u)| {
+                let sum: u64 = PARTS.iter().map(|(_, f)| f(u)).sum();
+                u.server_us as f64 - sum as f64
+            })
+            .collect());
+        let server = p50(runs.iter().map(|(_, u)| u.server_us as f64).collect());
+        let client = p50(runs
+            .iter()
+            .map(|(e, u)| *e as f64 - u.server_us as f64)
+            .collect());
+        let e2e = p50(runs.iter().map(|(e, _)| *e as f64).collect());
+        println!(
+            "| {runtime} | {} | {rest:.0} | {server:.0} | {client:.0} | {e2e:.0} |",
+            cells.join(" | ")
         );
     }
 }
@@ -391,7 +471,8 @@ async fn c_jq_table(rounds: usize, server: &mut BenchServer, code: &Code, sessio
             r#"select(.status == "open") | .id"#,
         ),
         (
-            ".[] | .user over an array",
+            // `\|`: the name goes in a Markdown table
+            r".[] \| .user over an array",
             "array.json",
             array.as_bytes(),
             ".[] | .user",
@@ -476,7 +557,13 @@ async fn c_jq_table(rounds: usize, server: &mut BenchServer, code: &Code, sessio
 }
 
 /// The 50 MB question.
-async fn big_tables(rounds: usize, server: &mut BenchServer, code: &Code, session: &str) {
+async fn big_tables(
+    rounds: usize,
+    server: &mut BenchServer,
+    code: &Code,
+    session: &str,
+    all: bool,
+) {
     let data = ndjson(50_000_000);
     let path = server.dir.path().join("dump.ndjson");
     std::fs::write(&path, &data).unwrap();
@@ -534,6 +621,23 @@ async fn big_tables(rounds: usize, server: &mut BenchServer, code: &Code, sessio
         None => println!(
             "| jq runtime (jaq in wasm) | {jq:.2} s | jaq not installed (make bench installs it) | - | - |"
         ),
+    }
+    let c_jq = time_cmd(rounds, || {
+        let mut c = Command::new("jq");
+        c.arg("-c").arg("-n").arg(JQ_AGG).arg(&path);
+        c
+    });
+    match c_jq {
+        Some(c) => println!(
+            "| jq runtime (jaq in wasm) | {jq:.2} s | C jq (Debian's jq) on the same file | {c:.2} s | {:.2} |",
+            jq / c
+        ),
+        None => println!(
+            "| jq runtime (jaq in wasm) | {jq:.2} s | C jq not installed (make bench installs it) | - | - |"
+        ),
+    }
+    if !all {
+        return;
     }
     let rust = {
         let mut v = Vec::new();

@@ -55,10 +55,13 @@ use images::{Artifact, Manifest};
 use limits::ExecLimits;
 use modules::{Key as ModuleKey, ModuleCache, Shape};
 use run::{Ending, Linkers, Prepared, RunOutcome, RunSpec, ScratchLimit};
-use workdir::{ExecInput, WorkDir, WorkRoot};
+use workdir::{ExecInput, OutFile, WorkRoot};
 
 /// The runtime that runs caller-supplied modules.
 pub const WASM_RUNTIME: &str = "wasm";
+
+/// Most emptied exec directories kept for reuse.
+const MAX_SPARE_DIRS: usize = 64;
 
 /// The `[sandbox]` section.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -219,23 +222,33 @@ pub struct ExecSpec {
     pub session: String,
 }
 
-/// A finished exec: the run, and the directory holding `/out` until the
-/// caller has kept what it wants.
+/// A finished exec: the run, and the files it left in `/out`, open (the
+/// exec directory itself is already removed).
 pub struct Finished {
     /// The run.
     pub outcome: RunOutcome,
-    /// The exec directory (removed on drop).
-    pub work: Arc<WorkDir>,
+    /// Time spent removing the exec directory.
+    pub cleanup: Duration,
     /// Time spent waiting: for a compile slot, then for an exec slot.
     pub queued: Duration,
     /// Time spent compiling the caller's module (zero on a cache hit).
     pub compile: Duration,
+    /// Time spent finding the compiled image or module (hash, cache
+    /// lookup), `compile` included.
+    pub module: Duration,
+    /// Time from the task's start on the exec runtime to its end: what is
+    /// not in it of the caller's wait is the hop there and back.
+    pub inside: Duration,
     /// Time spent building the exec directory.
     pub setup: Duration,
     /// `/tmp` plus `/out` usage at exit: charged bytes.
     pub scratch_bytes: u64,
     /// `/tmp` plus `/out` usage at exit: entries.
     pub scratch_entries: u64,
+    /// The regular files directly under `/out`, opened, by name.
+    pub out_files: Vec<OutFile>,
+    /// What `/out` held that is not kept, in words.
+    pub out_skipped: Vec<String>,
     /// Whether the runtime is a built-in image (exit codes 2 and 3 mean
     /// invalid arguments or script).
     pub image: bool,
@@ -448,7 +461,7 @@ impl Sandbox {
             in_flight: InFlight::default(),
             guest_log: GuestLog::default(),
             cpu: CpuShare::new(threads, cpu::STALE),
-            work: WorkRoot::open(data_dir)?,
+            work: WorkRoot::open(data_dir, concurrent.saturating_mul(2).min(MAX_SPARE_DIRS))?,
             cache_dir,
             main,
             fuel: OnceCell::new(),
@@ -652,6 +665,7 @@ impl Sandbox {
         spec: ExecSpec,
         asked: Instant,
     ) -> Result<Result<Finished, String>, SandboxError> {
+        let inside = Instant::now();
         let fuel = spec.limits.fuel > 0;
         let image = spec.runtime != WASM_RUNTIME;
         let mut queued = Duration::ZERO;
@@ -676,7 +690,12 @@ impl Sandbox {
                 }
                 ModuleReady::Invalid(why) => return Ok(Err(why)),
                 ModuleReady::TimedOut { waited, compiling } => {
-                    let work = Arc::new(self.work.create(&self.exec_id(), &spec.inputs, "")?);
+                    let removed = Instant::now();
+                    drop(
+                        self.work
+                            .create(&self.exec_id(), &spec.tenant, &spec.inputs, "")?,
+                    );
+                    let cleanup = removed.elapsed();
                     let outcome = RunOutcome {
                         ending: Ending::CompileTimedOut { waited, compiling },
                         stdout: Bytes::new(),
@@ -690,17 +709,23 @@ impl Sandbox {
                     };
                     return Ok(Ok(Finished {
                         outcome,
-                        work,
+                        cleanup,
                         queued: waited,
                         compile: compiling,
+                        module: inside.elapsed().saturating_sub(waited),
+                        inside: inside.elapsed(),
                         setup: Duration::ZERO,
                         scratch_bytes: 0,
                         scratch_entries: 0,
+                        out_files: Vec::new(),
+                        out_skipped: Vec::new(),
                         image,
                     }));
                 }
             }
         };
+        // Waiting for a compile slot is queueing, not finding the module.
+        let module = inside.elapsed().saturating_sub(queued);
         let waiting = Instant::now();
         let _running = self
             .running
@@ -710,7 +735,11 @@ impl Sandbox {
         queued += waiting.elapsed();
         let script = if image { spec.source.as_str() } else { "" };
         let setup_started = Instant::now();
-        let work = Arc::new(self.work.create(&self.exec_id(), &spec.inputs, script)?);
+        let work =
+            Arc::new(
+                self.work
+                    .create(&self.exec_id(), &spec.tenant, &spec.inputs, script)?,
+            );
         let setup = setup_started.elapsed();
         let mut argv = Vec::with_capacity(spec.args.len() + 1);
         argv.push(if image {
@@ -737,14 +766,31 @@ impl Sandbox {
         let outcome = run::run(&engine, &prepared, work.clone(), run_spec).await?;
         self.guest_log.note(&spec.tenant, &outcome);
         let usage = work.usage(scratch.entries);
+        // Listed here, where blocking is fine, rather than after a hop to a
+        // blocking pool; the files stay open, so the directory can go now:
+        // emptied for the tenant's next exec (a few unlinks), or, after a
+        // timeout, removed in the background.
+        let (out_files, out_skipped) = work.out_files()?;
+        let removed = Instant::now();
+        if outcome.ending == Ending::TimedOut {
+            work.discard();
+            drop(self.spawn_blocking(move || drop(work)));
+        } else {
+            drop(work);
+        }
+        let cleanup = removed.elapsed();
         Ok(Ok(Finished {
             outcome,
-            work,
+            cleanup,
             queued,
             compile,
+            module,
+            inside: inside.elapsed(),
             setup,
             scratch_bytes: usage.bytes,
             scratch_entries: usage.entries,
+            out_files,
+            out_skipped,
             image,
         }))
     }
@@ -765,8 +811,8 @@ impl Sandbox {
         }
     }
 
-    /// Runs blocking work an exec caused (storing its stdout and `/out`
-    /// files, removing its directory) on the exec runtime's blocking pool,
+    /// Runs blocking work an exec caused (redacting and storing a large
+    /// stdout, its `/out` files) on the exec runtime's blocking pool,
     /// whose threads run at the exec priority: a session that floods its
     /// output pays for it at exec priority, not at the RPC threads' expense.
     /// The pool keeps tokio's default bound (512 threads): guests' WASI file

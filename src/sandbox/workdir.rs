@@ -12,15 +12,22 @@
 //!   sparse file counts what it takes, a hard-linked file counts once) and
 //!   stops as soon as it has seen more entries than allowed.
 //!
-//! The directory is removed when the [`WorkDir`] drops, and leftovers of a
-//! crash are removed when the server starts.
+//! When the [`WorkDir`] drops, its four directories are emptied and kept,
+//! up to a bound, for the next exec of the same tenant: creating and
+//! removing directories is what an exec directory costs (on a disk mounted
+//! with `discard`, removing one takes milliseconds), while emptying them
+//! is a few unlinks. A directory that does not empty cleanly, that held
+//! many entries, or whose run did not end cleanly ([`WorkDir::discard`]),
+//! is removed instead. Leftovers
+//! of a crash are removed when the server starts.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::io::{self, Write};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use cap_std::ambient_authority;
 use cap_std::fs::{Dir, File, MetadataExt};
@@ -71,12 +78,50 @@ struct GuestPayload<'a> {
 #[derive(Debug)]
 pub struct WorkRoot {
     root: Arc<Dir>,
+    spares: Arc<Mutex<Spares>>,
+}
+
+/// Emptied exec directories, by tenant, for reuse.
+#[derive(Debug, Default)]
+struct Spares {
+    /// Most kept over all tenants.
+    capacity: usize,
+    count: usize,
+    by_tenant: HashMap<String, Vec<(String, Dirs)>>,
+}
+
+impl Spares {
+    fn take(&mut self, tenant: &str) -> Option<(String, Dirs)> {
+        let list = self.by_tenant.get_mut(tenant)?;
+        let spare = list.pop();
+        if list.is_empty() {
+            self.by_tenant.remove(tenant);
+        }
+        if spare.is_some() {
+            self.count -= 1;
+        }
+        spare
+    }
+
+    /// Keeps `spare` for `tenant`, or gives it back when full.
+    fn keep(&mut self, tenant: &str, spare: (String, Dirs)) -> Option<(String, Dirs)> {
+        if self.count >= self.capacity {
+            return Some(spare);
+        }
+        self.count += 1;
+        self.by_tenant
+            .entry(tenant.to_owned())
+            .or_default()
+            .push(spare);
+        None
+    }
 }
 
 impl WorkRoot {
     /// Opens (creating if needed) `<data_dir>/exec` and removes what a crash
-    /// left there.
-    pub fn open(data_dir: &Path) -> io::Result<Self> {
+    /// left there; up to `spares` emptied exec directories are kept for
+    /// reuse.
+    pub fn open(data_dir: &Path, spares: usize) -> io::Result<Self> {
         // Owner-only: exec directories hold links to tenants' payloads.
         let path = data_dir.join("exec");
         crate::fsutil::make_private(&path)?;
@@ -87,6 +132,10 @@ impl WorkRoot {
         }
         Ok(Self {
             root: Arc::new(root),
+            spares: Arc::new(Mutex::new(Spares {
+                capacity: spares,
+                ..Spares::default()
+            })),
         })
     }
 
@@ -96,28 +145,57 @@ impl WorkRoot {
     pub fn create(
         &self,
         exec_id: &str,
+        tenant: &str,
         inputs: &[ExecInput],
         script: &str,
     ) -> Result<WorkDir, SandboxError> {
-        let mut private = cap_std::fs::DirBuilder::new();
-        cap_std::fs::DirBuilderExt::mode(&mut private, crate::fsutil::PRIVATE_DIR_MODE);
-        self.root.create_dir_with(exec_id, &private)?;
-        // From here on, dropping `work` removes the directory.
+        let spare = lock(&self.spares).take(tenant);
         let mut work = WorkDir {
             root: self.root.clone(),
             name: exec_id.to_owned(),
             dirs: None,
+            tenant: tenant.to_owned(),
+            spares: self.spares.clone(),
+            reusable: AtomicBool::new(true),
         };
-        let base = self.root.open_dir(exec_id)?;
-        for sub in ["payloads", "spillway", "tmp", "out"] {
-            base.create_dir(sub)?;
+        match spare {
+            Some((name, dirs)) => {
+                work.name = name;
+                work.dirs = Some(dirs);
+            }
+            None => {
+                let mut private = cap_std::fs::DirBuilder::new();
+                cap_std::fs::DirBuilderExt::mode(&mut private, crate::fsutil::PRIVATE_DIR_MODE);
+                self.root.create_dir_with(exec_id, &private)?;
+                // From here on, dropping `work` removes the directory.
+                let base = self.root.open_dir(exec_id)?;
+                for sub in ["payloads", "spillway", "tmp", "out"] {
+                    base.create_dir(sub)?;
+                }
+                work.dirs = Some(Dirs {
+                    payloads: base.open_dir("payloads")?,
+                    spillway: base.open_dir("spillway")?,
+                    tmp: base.open_dir("tmp")?,
+                    out: base.open_dir("out")?,
+                });
+            }
         }
-        let dirs = Dirs {
-            payloads: base.open_dir("payloads")?,
-            spillway: base.open_dir("spillway")?,
-            tmp: base.open_dir("tmp")?,
-            out: base.open_dir("out")?,
-        };
+        // A directory that fails to fill is not reused.
+        work.discard();
+        work.fill(inputs, script)?;
+        work.reusable.store(true, Ordering::Relaxed);
+        Ok(work)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl WorkDir {
+    /// Links the inputs and writes `script` and `payloads.json`.
+    fn fill(&self, inputs: &[ExecInput], script: &str) -> Result<(), SandboxError> {
+        let dirs = self.dirs();
         let mut listed = Vec::with_capacity(inputs.len());
         for input in inputs {
             let path = link_input(input, &dirs.payloads).map_err(|e| {
@@ -138,9 +216,42 @@ impl WorkRoot {
         write_file(&dirs.spillway, "script", script.as_bytes())?;
         let json = serde_json::to_vec(&listed).map_err(io::Error::other)?;
         write_file(&dirs.spillway, "payloads.json", &json)?;
-        work.dirs = Some(dirs);
-        Ok(work)
+        Ok(())
     }
+
+    /// Removes the directory when it drops instead of keeping it for reuse:
+    /// for a run that did not end cleanly (a host call the guest was in may
+    /// still be finishing).
+    pub fn discard(&self) {
+        self.reusable.store(false, Ordering::Relaxed);
+    }
+}
+
+/// Entries an exec may leave directly in one of its directories for the
+/// directory to be reused: past this, it is removed instead (a directory
+/// that once held many entries keeps its size, and is slower to list).
+const REUSE_MAX_ENTRIES: usize = 1000;
+
+/// Empties the four directories of an exec, and checks that they are.
+fn empty(d: &Dirs) -> io::Result<()> {
+    for dir in [&d.payloads, &d.spillway, &d.tmp, &d.out] {
+        for (n, entry) in dir.entries()?.enumerate() {
+            if n >= REUSE_MAX_ENTRIES {
+                return Err(io::Error::other("too many entries to reuse it"));
+            }
+            let entry = entry?;
+            let name = entry.file_name();
+            if entry.file_type()?.is_dir() {
+                dir.remove_dir_all(&name)?;
+            } else {
+                dir.remove_file(&name)?;
+            }
+        }
+        if dir.entries()?.next().is_some() {
+            return Err(io::Error::other("an entry came back while emptying"));
+        }
+    }
+    Ok(())
 }
 
 /// Links an input under its name and its ID; returns the path the guest
@@ -210,12 +321,15 @@ pub struct OutFile {
     pub len: u64,
 }
 
-/// One exec's directory; removed on drop.
+/// One exec's directory; emptied and kept for reuse, or removed, on drop.
 #[derive(Debug)]
 pub struct WorkDir {
     root: Arc<Dir>,
     name: String,
     dirs: Option<Dirs>,
+    tenant: String,
+    spares: Arc<Mutex<Spares>>,
+    reusable: AtomicBool,
 }
 
 /// A directory to preopen.
@@ -523,7 +637,17 @@ fn vanished(e: &io::Error) -> bool {
 
 impl Drop for WorkDir {
     fn drop(&mut self) {
-        self.dirs = None;
+        if let Some(dirs) = self.dirs.take()
+            && self.reusable.load(Ordering::Relaxed)
+            && empty(&dirs).is_ok()
+        {
+            let spare = (std::mem::take(&mut self.name), dirs);
+            match lock(&self.spares).keep(&self.tenant, spare) {
+                None => return,
+                // No room: removed after all.
+                Some((name, _)) => self.name = name,
+            }
+        }
         if let Err(e) = self.root.remove_dir_all(&self.name) {
             tracing::warn!(exec = %self.name, error = %e, "could not remove an exec directory");
         }
@@ -564,8 +688,8 @@ mod tests {
     #[test]
     fn the_walk_counts_every_entry_of_a_deep_branched_tree() {
         let tmp = tempfile::tempdir().unwrap();
-        let root = WorkRoot::open(&tmp.path().join("data")).unwrap();
-        let work = root.create("x1", &[], "").unwrap();
+        let root = WorkRoot::open(&tmp.path().join("data"), 0).unwrap();
+        let work = root.create("x1", "t", &[], "").unwrap();
         let tmp_dir = tmp.path().join("data/exec/x1/tmp");
         let want = branched(&tmp_dir, 3 * MAX_OPEN_DIRS);
         let u = work.usage(100_000);
@@ -581,8 +705,8 @@ mod tests {
     #[test]
     fn a_hard_linked_file_is_charged_once_and_a_sparse_one_by_its_blocks() {
         let tmp = tempfile::tempdir().unwrap();
-        let root = WorkRoot::open(&tmp.path().join("data")).unwrap();
-        let work = root.create("x1", &[], "").unwrap();
+        let root = WorkRoot::open(&tmp.path().join("data"), 0).unwrap();
+        let work = root.create("x1", "t", &[], "").unwrap();
         let t = tmp.path().join("data/exec/x1/tmp");
         std::fs::write(t.join("a"), vec![1u8; 1 << 20]).unwrap();
         for i in 0..10 {
@@ -606,16 +730,17 @@ mod tests {
         std::fs::create_dir(&session).unwrap();
         std::fs::write(session.join("a.txt"), b"a").unwrap();
         let dir = Arc::new(Dir::open_ambient_dir(&session, ambient_authority()).unwrap());
-        let root = WorkRoot::open(&tmp.path().join("data")).unwrap();
+        let root = WorkRoot::open(&tmp.path().join("data"), 0).unwrap();
 
         let work = root
-            .create("x1", &[input(&dir, "pay_a", "a.txt")], "")
+            .create("x1", "t", &[input(&dir, "pay_a", "a.txt")], "")
             .unwrap();
         drop(work);
         // The payload's file went away between resolving and linking, as
         // when a DeletePayload races the exec.
         let Err(err) = root.create(
             "x2",
+            "t",
             &[input(&dir, "pay_a", "a.txt"), input(&dir, "pay_b", "b.txt")],
             "",
         ) else {
@@ -629,5 +754,74 @@ mod tests {
             .unwrap()
             .collect();
         assert!(left.is_empty(), "the exec directory is removed: {left:?}");
+    }
+
+    #[test]
+    fn a_reused_directory_holds_nothing_of_the_last_exec_and_only_its_tenant_gets_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let session = tmp.path().join("session");
+        std::fs::create_dir(&session).unwrap();
+        std::fs::write(session.join("a.txt"), b"a").unwrap();
+        let dir = Arc::new(Dir::open_ambient_dir(&session, ambient_authority()).unwrap());
+        let root = WorkRoot::open(&tmp.path().join("data"), 1).unwrap();
+        let exec = tmp.path().join("data").join("exec");
+
+        let work = root
+            .create("x1", "t", &[input(&dir, "pay_a", "a.txt")], "first")
+            .unwrap();
+        let x1 = exec.join("x1");
+        std::fs::write(x1.join("tmp/left"), b"secret").unwrap();
+        std::fs::create_dir_all(x1.join("out/d/e")).unwrap();
+        std::fs::write(x1.join("out/d/e/f"), b"secret").unwrap();
+        std::os::unix::fs::symlink("../payloads", x1.join("out/link")).unwrap();
+        drop(work);
+        // Kept, emptied: the payload the link pointed into is untouched.
+        let names = |d: &Path| -> Vec<String> {
+            let mut v: Vec<String> = std::fs::read_dir(d)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(names(&exec), ["x1"]);
+        for sub in ["payloads", "spillway", "tmp", "out"] {
+            assert!(names(&x1.join(sub)).is_empty(), "{sub} was not emptied");
+        }
+        assert_eq!(std::fs::read(session.join("a.txt")).unwrap(), b"a");
+
+        // Another tenant gets a new directory; the pool is full (one), so
+        // that one is removed when it drops.
+        let other = root.create("x2", "u", &[], "other").unwrap();
+        assert_eq!(names(&exec), ["x1", "x2"]);
+        drop(other);
+        assert_eq!(names(&exec), ["x1"]);
+
+        // The same tenant gets the emptied one, with only its own files.
+        let again = root.create("x3", "t", &[], "second").unwrap();
+        assert_eq!(names(&exec), ["x1"]);
+        assert_eq!(names(&x1.join("spillway")), ["payloads.json", "script"]);
+        assert_eq!(
+            std::fs::read(x1.join("spillway/script")).unwrap(),
+            b"second"
+        );
+        assert!(names(&x1.join("payloads")).is_empty());
+        assert!(names(&x1.join("tmp")).is_empty() && names(&x1.join("out")).is_empty());
+
+        // After an unclean run it is removed, not kept; so is one left with
+        // more entries than are worth emptying.
+        again.discard();
+        drop(again);
+        assert!(names(&exec).is_empty());
+        let full = root.create("x4", "t", &[], "").unwrap();
+        for i in 0..=REUSE_MAX_ENTRIES {
+            std::fs::write(exec.join("x4/tmp").join(format!("f{i}")), b"").unwrap();
+        }
+        drop(full);
+        assert!(names(&exec).is_empty());
+        let small = root.create("x5", "t", &[], "").unwrap();
+        std::fs::write(exec.join("x5/tmp/f"), b"").unwrap();
+        drop(small);
+        assert_eq!(names(&exec), ["x5"]);
     }
 }

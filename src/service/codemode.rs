@@ -8,6 +8,7 @@
 
 use std::collections::HashSet;
 use std::io::Read as _;
+use std::time::{Duration, Instant};
 
 use super::{Service, blocking, joined, redact_bytes, redaction_detail};
 use crate::audit::{NewEvent, action};
@@ -20,7 +21,7 @@ use crate::sandbox::limits::{self, ExecLimits};
 use crate::sandbox::outcome::{self, INVALID_SCRIPT_MARKER, Status as ExecStatus};
 use crate::sandbox::run::Ending;
 use crate::sandbox::workdir::ExecInput;
-use crate::sandbox::{ExecSpec, Finished, SandboxError};
+use crate::sandbox::{ExecSpec, Finished};
 use crate::store::records::{PayloadRecord, SessionRecord, SessionState};
 use crate::store::{Store, StoreError, UploadMeta};
 
@@ -30,6 +31,9 @@ pub use crate::sandbox::RuntimeInfo;
 const MAX_INPUTS: usize = 1000;
 /// Most files of `/out` one exec may keep.
 const MAX_OUTPUTS: usize = 100;
+/// Stdout up to this size is checked and redacted on the RPC thread (a
+/// few microseconds); more goes to the sandbox's blocking pool.
+const INLINE_SCAN_BYTES: usize = 16 << 10;
 
 /// One script to run.
 #[derive(Debug, Default)]
@@ -85,6 +89,20 @@ pub struct ExecUsage {
     /// The part of the run spent waiting for a turn on the CPU while other
     /// guests ran (turns are shared by tenant, then session).
     pub cpu_wait_us: u64,
+    /// All of the server's time on the exec, request to reply.
+    pub server_us: u64,
+    /// Session, policy and input lookups before the exec is queued.
+    pub prepare_us: u64,
+    /// `queue_ms` in microseconds.
+    pub queue_us: u64,
+    /// Finding the compiled image or module (`compile_us` within it).
+    pub module_us: u64,
+    /// Storing what the run produced.
+    pub output_us: u64,
+    /// Appending the durable audit event.
+    pub audit_us: u64,
+    /// Removing the exec directory (alongside the audit append).
+    pub cleanup_us: u64,
 }
 
 /// The outcome of one exec.
@@ -117,6 +135,7 @@ pub struct ExecReply {
 impl Service {
     /// Runs one script against the session's payloads.
     pub async fn exec(&self, p: &Principal, r: ExecRequest) -> ApiResult<ExecReply> {
+        let started = Instant::now();
         let session = self.session_for(p, Rpc::Exec, &r.session_id).await?;
         let span = tracing::Span::current();
         span.record("session_id", tracing::field::display(&session.id));
@@ -169,6 +188,7 @@ impl Service {
         };
         let event = NewEvent::new(action::EXEC_RUN).session(&session.id);
         let input_count = input_ids.len();
+        let prepare = started.elapsed();
         let finished = match sandbox.exec(spec).await? {
             Ok(f) => f,
             Err(why) => {
@@ -211,10 +231,15 @@ impl Service {
             resolved,
             redactor,
         };
-        let reply = self.keep(&session, run, finished, verdict).await?;
+        let mut reply = self.keep(&session, run, finished, verdict).await?;
         crate::metrics::exec(&r.runtime, reply.status.name());
         let detail = exec_detail(&r.runtime, input_count, &reply);
+        let audit = Instant::now();
         self.audit(p, event.detail(detail)).await?;
+        let u = &mut reply.usage;
+        u.audit_us = micros(audit.elapsed());
+        u.prepare_us = micros(prepare);
+        u.server_us = micros(started.elapsed());
         Ok(reply)
     }
 
@@ -247,6 +272,7 @@ impl Service {
         finished: Finished,
         verdict: outcome::Verdict,
     ) -> ApiResult<ExecReply> {
+        let started = Instant::now();
         let Run {
             runtime,
             keep_outputs,
@@ -283,14 +309,17 @@ impl Service {
         // check, redaction, storing it) runs on the sandbox's blocking pool,
         // at exec priority: a session that floods its stdout pays for it.
         let sandbox = &self.sandbox;
-        let (content, counts, utf8) = {
+        let scan = |content: bytes::Bytes, r: &Redactor| {
+            let utf8 = std::str::from_utf8(&content).is_ok();
+            let (content, counts) = redact_bytes(r, content);
+            (content, counts, utf8)
+        };
+        let (content, counts, utf8) = if out.stdout.len() <= INLINE_SCAN_BYTES {
+            // A few microseconds: not worth two thread hops.
+            scan(out.stdout.clone(), &redactor)
+        } else {
             let (content, r) = (out.stdout.clone(), redactor.clone());
-            joined(sandbox.spawn_blocking(move || {
-                let utf8 = std::str::from_utf8(&content).is_ok();
-                let (content, counts) = redact_bytes(&r, content);
-                Ok::<_, ApiError>((content, counts, utf8))
-            }))
-            .await?
+            joined(sandbox.spawn_blocking(move || Ok::<_, ApiError>(scan(content, &r)))).await?
         };
         if !utf8 {
             message.push_str("; stdout was not valid UTF-8, and invalid bytes are shown as U+FFFD");
@@ -356,11 +385,7 @@ impl Service {
             }
         };
 
-        let (files, skipped) = {
-            let work = finished.work.clone();
-            joined(sandbox.spawn_blocking(move || work.out_files().map_err(SandboxError::Io)))
-                .await?
-        };
+        let (files, skipped) = (finished.out_files, finished.out_skipped);
         let mut outputs = Vec::new();
         if keep_outputs && !files.is_empty() {
             if files.len() > MAX_OUTPUTS {
@@ -398,11 +423,7 @@ impl Service {
             message = text.into_owned();
             redacted.add(&counts);
         }
-        // Removing the exec directory is file-system work: off the RPC threads.
-        let work = finished.work;
-        drop(sandbox.spawn_blocking(move || drop(work)));
-
-        Ok(ExecReply {
+        let reply = ExecReply {
             status: verdict.status,
             exit_code: verdict.exit_code,
             stdout,
@@ -425,12 +446,22 @@ impl Service {
                 denied_calls: out.denied_socket_calls,
                 scratch_entries: finished.scratch_entries,
                 cpu_wait_us: out.cpu_wait.as_micros() as u64,
+                queue_us: micros(finished.queued),
+                module_us: micros(finished.module),
+                output_us: micros(started.elapsed()),
+                cleanup_us: micros(finished.cleanup),
+                ..ExecUsage::default()
             },
             clamped: resolved.clamped,
             effective_limits: resolved.limits,
             redactions: redacted,
-        })
+        };
+        Ok(reply)
     }
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// What the audit log says of a run: the runtime, the status, the exit

@@ -8,8 +8,13 @@
 //! 2 bad arguments, 3 the filter does not compile; `halt_error` and
 //! `halt_error(n)` keep jq's codes (5 and n).
 
+mod alloc;
 mod inputs;
 mod report;
+
+#[cfg(target_arch = "wasm32")]
+#[global_allocator]
+static ALLOC: alloc::Classes = alloc::Classes::new();
 
 use core::cell::RefCell;
 use inputs::{Mode, PayloadInputs};
