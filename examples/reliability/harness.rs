@@ -504,9 +504,23 @@ pub fn temp_files(data_dir: &Path) -> Vec<String> {
             }
         }
     }
+    // An exec directory the server keeps for its tenant's next exec is its
+    // four directories, empty; anything else under `exec/` is left over.
     if let Ok(rd) = std::fs::read_dir(data_dir.join("exec")) {
         for e in rd.flatten() {
-            out.push(format!("exec/{}", e.file_name().to_string_lossy()));
+            let name = format!("exec/{}", e.file_name().to_string_lossy());
+            let Ok(subs) = std::fs::read_dir(e.path()) else {
+                out.push(name);
+                continue;
+            };
+            for sub in subs.flatten() {
+                let sub_name = sub.file_name().to_string_lossy().into_owned();
+                let kept = ["payloads", "spillway", "tmp", "out"].contains(&sub_name.as_str())
+                    && std::fs::read_dir(sub.path()).is_ok_and(|mut d| d.next().is_none());
+                if !kept {
+                    out.push(format!("{name}/{sub_name}"));
+                }
+            }
         }
     }
     out

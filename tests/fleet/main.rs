@@ -184,6 +184,32 @@ fn payload_file(data_dir: &Path, session: &str, name: &str) -> PathBuf {
     data_dir.join("sessions").join(session).join(name)
 }
 
+/// A payload uploaded through the first replica and then read through
+/// every replica, so that each holds a local copy.
+async fn copied_everywhere(
+    fleet: &Fleet,
+    name: &str,
+    bytes: &[u8],
+) -> (proto::Session, proto::Payload) {
+    let session = session_with(fleet, proto::Policy::default()).await;
+    let stored = upload(
+        &mut fleet.replicas[0].payloads(ALICE).await,
+        header(&session.id, name),
+        bytes,
+    )
+    .await
+    .unwrap();
+    for r in &fleet.replicas {
+        download(&mut r.payloads(ALICE).await, &stored.id)
+            .await
+            .unwrap();
+    }
+    for d in &fleet.data_dirs {
+        assert!(payload_file(d, &session.id, &stored.name).exists());
+    }
+    (session, stored)
+}
+
 /// A session made through the balancer (no session yet: any replica).
 async fn session_with(fleet: &Fleet, policy: proto::Policy) -> proto::Session {
     fleet
@@ -402,23 +428,7 @@ async fn a_hold_placed_on_one_replica_blocks_a_deletion_on_another() {
 #[tokio::test]
 async fn a_deletion_on_one_replica_purges_every_replicas_copy_and_the_object() {
     let fleet = Fleet::start("").await;
-    let session = session_with(&fleet, proto::Policy::default()).await;
-    let stored = upload(
-        &mut fleet.replicas[0].payloads(ALICE).await,
-        header(&session.id, "secret.txt"),
-        b"to be forgotten\n",
-    )
-    .await
-    .unwrap();
-    // Every replica reads it, so each has a copy.
-    for r in &fleet.replicas {
-        download(&mut r.payloads(ALICE).await, &stored.id)
-            .await
-            .unwrap();
-    }
-    for d in &fleet.data_dirs {
-        assert!(payload_file(d, &session.id, &stored.name).exists());
-    }
+    let (session, stored) = copied_everywhere(&fleet, "secret.txt", b"to be forgotten\n").await;
     let start = Instant::now();
     let receipt = fleet.replicas[2]
         .payloads(ALICE)
@@ -479,22 +489,12 @@ async fn a_deletion_on_one_replica_purges_every_replicas_copy_and_the_object() {
 #[tokio::test]
 async fn a_deletion_answers_once_every_replica_purged_its_copy_and_the_receipt_signs_when() {
     let fleet = Fleet::start("").await;
-    let session = session_with(&fleet, proto::Policy::default()).await;
-    let stored = upload(
-        &mut fleet.replicas[0].payloads(ALICE).await,
-        header(&session.id, "confirmed.txt"),
+    let (session, stored) = copied_everywhere(
+        &fleet,
+        "confirmed.txt",
         b"purged everywhere, and the receipt says so\n",
     )
-    .await
-    .unwrap();
-    for r in &fleet.replicas {
-        download(&mut r.payloads(ALICE).await, &stored.id)
-            .await
-            .unwrap();
-    }
-    for d in &fleet.data_dirs {
-        assert!(payload_file(d, &session.id, &stored.name).exists());
-    }
+    .await;
     // Every replica has reported its purge progress (each does at start).
     tokio::time::sleep(Duration::from_millis(500)).await;
     let start = Instant::now();
@@ -576,19 +576,12 @@ async fn a_deletion_answers_once_every_replica_purged_its_copy_and_the_receipt_s
 #[tokio::test]
 async fn a_killed_replica_stops_counting_for_the_purge_confirmation_within_its_liveness_bound() {
     let mut fleet = Fleet::start("").await;
-    let session = session_with(&fleet, proto::Policy::default()).await;
-    let stored = upload(
-        &mut fleet.replicas[0].payloads(ALICE).await,
-        header(&session.id, "outlived.txt"),
+    let (session, stored) = copied_everywhere(
+        &fleet,
+        "outlived.txt",
         b"one replica will not see this go\n",
     )
-    .await
-    .unwrap();
-    for r in &fleet.replicas {
-        download(&mut r.payloads(ALICE).await, &stored.id)
-            .await
-            .unwrap();
-    }
+    .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     fleet.replicas[2].kill9();
     let start = Instant::now();
