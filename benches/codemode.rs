@@ -395,36 +395,6 @@ fn parts_table(parts: &[(&str, Vec<(u64, proto::ExecUsage)>)]) {
     }
 }
 
-/// Uploads `data` as `name` into `session`.
-async fn upload(
-    server: &mut BenchServer,
-    session: &str,
-    name: &str,
-    data: &[u8],
-) -> proto::Payload {
-    let header = proto::UploadChunk {
-        chunk: Some(proto::upload_chunk::Chunk::Header(proto::UploadHeader {
-            session_id: session.to_owned(),
-            name: name.into(),
-            ..Default::default()
-        })),
-    };
-    let chunks: Vec<_> = data
-        .chunks(1 << 20)
-        .map(|c| proto::UploadChunk {
-            chunk: Some(proto::upload_chunk::Chunk::Data(
-                bytes::Bytes::copy_from_slice(c),
-            )),
-        })
-        .collect();
-    server
-        .payloads
-        .upload(tokio_stream::iter(std::iter::once(header).chain(chunks)))
-        .await
-        .unwrap()
-        .into_inner()
-}
-
 /// `n` records as an API returns them, `{"id", "user", "status", "amount", "tags"}`.
 fn records(n: usize) -> impl Iterator<Item = String> {
     let statuses = ["open", "closed", "merged", "draft", "stale"];
@@ -497,7 +467,7 @@ async fn c_jq_table(rounds: usize, server: &mut BenchServer, code: &Code, sessio
     );
     println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for (what, name, data, filter) in cases {
-        let payload = upload(server, session, name, data).await;
+        let payload = server.upload(session, name, data).await;
         let path = server.dir.path().join(name);
         std::fs::write(&path, data).unwrap();
         let req = proto::ExecRequest {
@@ -567,7 +537,7 @@ async fn big_tables(
     let data = ndjson(50_000_000);
     let path = server.dir.path().join("dump.ndjson");
     std::fs::write(&path, &data).unwrap();
-    let payload = upload(server, session, "dump.ndjson", &data).await;
+    let payload = server.upload(session, "dump.ndjson", &data).await;
     drop(data);
 
     let exec_time = |runtime: &str, source: &str, args: &[&str]| {

@@ -127,27 +127,7 @@ impl Side {
     }
 
     async fn upload(&mut self, name: &str, data: &[u8]) -> proto::Payload {
-        let header = proto::UploadChunk {
-            chunk: Some(proto::upload_chunk::Chunk::Header(proto::UploadHeader {
-                session_id: self.session.clone(),
-                name: name.into(),
-                ..Default::default()
-            })),
-        };
-        let chunks: Vec<_> = data
-            .chunks(1 << 20)
-            .map(|c| proto::UploadChunk {
-                chunk: Some(proto::upload_chunk::Chunk::Data(
-                    bytes::Bytes::copy_from_slice(c),
-                )),
-            })
-            .collect();
-        self.server
-            .payloads
-            .upload(tokio_stream::iter(std::iter::once(header).chain(chunks)))
-            .await
-            .unwrap()
-            .into_inner()
+        self.server.upload(&self.session, name, data).await
     }
 
     /// The replica's local copy of `p`.

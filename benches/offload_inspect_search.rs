@@ -71,35 +71,6 @@ fn log_text(total: usize) -> Vec<u8> {
     out
 }
 
-async fn upload(
-    server: &mut BenchServer,
-    session: &str,
-    name: &str,
-    data: &[u8],
-) -> proto::Payload {
-    let header = proto::UploadChunk {
-        chunk: Some(proto::upload_chunk::Chunk::Header(proto::UploadHeader {
-            session_id: session.into(),
-            name: name.into(),
-            ..Default::default()
-        })),
-    };
-    let chunks: Vec<_> = data
-        .chunks(1 << 20)
-        .map(|c| proto::UploadChunk {
-            chunk: Some(proto::upload_chunk::Chunk::Data(
-                bytes::Bytes::copy_from_slice(c),
-            )),
-        })
-        .collect();
-    server
-        .payloads
-        .upload(tokio_stream::iter(std::iter::once(header).chain(chunks)))
-        .await
-        .unwrap()
-        .into_inner()
-}
-
 async fn new_session(server: &mut BenchServer) -> String {
     server
         .sessions
@@ -257,7 +228,7 @@ async fn main() {
         // hash, and identical bytes would measure the cache.
         let json = json_records(200 * MB, round + 1);
         let session = new_session(&mut server).await;
-        let p = upload(&mut server, &session, "prs.json", &json).await;
+        let p = server.upload(&session, "prs.json", &json).await;
         let t = std::time::Instant::now();
         let s = server
             .payloads
@@ -287,7 +258,7 @@ async fn main() {
     let text_path = dir.join("search-reference.log");
     std::fs::write(&text_path, &text).unwrap();
     let session = new_session(&mut server).await;
-    let p = upload(&mut server, &session, "app.log", &text).await;
+    let p = server.upload(&session, "app.log", &text).await;
     let pattern = "ERROR worker-[0-9]+ quota_exceeded";
     let mut found = 0;
     let mut search_times = Vec::new();

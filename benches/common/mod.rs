@@ -88,6 +88,30 @@ impl BenchServer {
         }
     }
 
+    /// Uploads `data` to `session` as `name`, in 1 MiB chunks.
+    pub async fn upload(&mut self, session: &str, name: &str, data: &[u8]) -> proto::Payload {
+        let header = proto::UploadChunk {
+            chunk: Some(proto::upload_chunk::Chunk::Header(proto::UploadHeader {
+                session_id: session.to_owned(),
+                name: name.into(),
+                ..Default::default()
+            })),
+        };
+        let chunks: Vec<_> = data
+            .chunks(1 << 20)
+            .map(|c| proto::UploadChunk {
+                chunk: Some(proto::upload_chunk::Chunk::Data(
+                    bytes::Bytes::copy_from_slice(c),
+                )),
+            })
+            .collect();
+        self.payloads
+            .upload(tokio_stream::iter(std::iter::once(header).chain(chunks)))
+            .await
+            .unwrap()
+            .into_inner()
+    }
+
     pub async fn stop(mut self) {
         let _ = self.stop.take().unwrap().send(());
         self.handle.take().unwrap().await.unwrap().unwrap();
