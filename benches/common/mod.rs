@@ -24,6 +24,8 @@ pub fn auth(mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::St
 
 pub struct BenchServer {
     pub dir: tempfile::TempDir,
+    /// Where it listens, for clients in other processes (token `bench`).
+    pub addr: std::net::SocketAddr,
     pub channel: Channel,
     pub sessions: SessionsClient<Svc>,
     pub payloads: PayloadsClient<Svc>,
@@ -78,6 +80,7 @@ impl BenchServer {
         images_ready(channel.clone(), a).await;
         Self {
             dir,
+            addr,
             channel: channel.clone(),
             sessions: SessionsClient::with_interceptor(channel.clone(), a),
             payloads: PayloadsClient::with_interceptor(channel, a)

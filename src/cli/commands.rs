@@ -583,17 +583,19 @@ async fn upload(
     let bar = progress(size);
     let reader_bar = bar.clone();
     let reader = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
-        let mut buf = vec![0u8; UPLOAD_CHUNK];
         loop {
-            let n = file.read(&mut buf)?;
+            // Each chunk is read into its own buffer, which the message
+            // then owns: no copy between the file and the encoder.
+            let mut buf = Vec::with_capacity(UPLOAD_CHUNK);
+            let n = (&mut file)
+                .take(UPLOAD_CHUNK as u64)
+                .read_to_end(&mut buf)?;
             if n == 0 {
                 return Ok(());
             }
             reader_bar.inc(n as u64);
             let chunk = proto::UploadChunk {
-                chunk: Some(proto::upload_chunk::Chunk::Data(
-                    bytes::Bytes::copy_from_slice(&buf[..n]),
-                )),
+                chunk: Some(proto::upload_chunk::Chunk::Data(buf.into())),
             };
             if tx.blocking_send(chunk).is_err() {
                 return Ok(()); // the call ended; its status says why
