@@ -554,11 +554,16 @@ pub(crate) fn conformance(engine: &dyn Engine) {
     engine.flush().unwrap();
 }
 
-/// The conformance suite on an engine that `open` makes in a file named
+/// The conformance suite on an engine that `open` makes (with the default
+/// page cache) in a file named
 /// `file` in a fresh directory; then what was committed must be there
 /// again once the engine is dropped and the file opened anew.
 #[cfg(test)]
-pub(crate) fn file_conformance<E: Engine>(file: &str, open: impl Fn(&std::path::Path) -> E) {
+pub(crate) fn file_conformance<E: Engine>(
+    file: &str,
+    open: fn(&std::path::Path, usize) -> Result<E, EngineError>,
+) {
+    let open = |path: &std::path::Path| open(path, DEFAULT_CACHE_BYTES).unwrap();
     let dir = tempfile::tempdir().unwrap();
     conformance(&open(&dir.path().join(file)));
     let path = dir.path().join(format!("again-{file}"));

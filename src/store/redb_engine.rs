@@ -100,8 +100,6 @@ impl Engine for RedbEngine {
 mod tests {
     #[test]
     fn passes_the_engine_conformance_suite_and_keeps_commits_across_reopen() {
-        super::super::engine::file_conformance("meta.redb", |path| {
-            super::RedbEngine::open(path, super::super::engine::DEFAULT_CACHE_BYTES).unwrap()
-        });
+        super::super::engine::file_conformance("meta.redb", super::RedbEngine::open);
     }
 }

@@ -162,8 +162,6 @@ impl Engine for SledEngine {
 mod tests {
     #[test]
     fn passes_the_engine_conformance_suite_and_keeps_commits_across_reopen() {
-        super::super::engine::file_conformance("meta.sled", |path| {
-            super::SledEngine::open(path, super::super::engine::DEFAULT_CACHE_BYTES).unwrap()
-        });
+        super::super::engine::file_conformance("meta.sled", super::SledEngine::open);
     }
 }
