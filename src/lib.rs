@@ -118,5 +118,6 @@ pub mod proto {
     pub const FILE_DESCRIPTOR_SET: &[u8] =
         include_bytes!(concat!(env!("OUT_DIR"), "/spillway_descriptor.bin"));
 
+    mod read_response;
     mod removed_item;
 }

@@ -195,12 +195,7 @@ rpcs! {
             }
         }
 
-        #[instrument(
-            name = "context.compact",
-            skip_all,
-            fields(session_id),
-            err(level = "info")
-        )]
+        #[instrument(name = "context.compact", skip_all, fields(session_id), err(level = "info"))]
         fn compact_history(&self, p, r: proto::CompactHistoryRequest)
             -> proto::CompactHistoryResponse
         {

@@ -64,12 +64,7 @@ rpcs! {
     impl Payloads for PayloadsService {
         type DownloadStream = super::Relay<proto::DataChunk>;
 
-        #[instrument(
-            name = "payloads.offload",
-            skip_all,
-            fields(session_id),
-            err(level = "info")
-        )]
+        #[instrument(name = "payloads.offload", skip_all, fields(session_id), err(level = "info"))]
         fn offload(&self, p, r: proto::OffloadRequest) -> proto::OffloadResponse {
             let overrides = r.settings.map_or_else(Overrides::default, |s| Overrides {
                 per_call_tokens: s.per_call_tokens,
@@ -117,12 +112,7 @@ rpcs! {
             convert::structure(payload.id.as_str(), &structure)
         }
 
-        #[instrument(
-            name = "payloads.search",
-            skip_all,
-            fields(session_id),
-            err(level = "info")
-        )]
+        #[instrument(name = "payloads.search", skip_all, fields(session_id), err(level = "info"))]
         fn search(&self, p, r: proto::SearchRequest) -> proto::SearchResponse {
             let query = SearchRequest {
                 session_id: r.session_id,
@@ -182,10 +172,7 @@ rpcs! {
 
         #[instrument(name = "payloads.delete", skip_all, err(level = "info"))]
         fn delete_payload(&self, p, r: proto::DeletePayloadRequest) -> proto::DeletionReceipt {
-            let receipt = self
-                .service
-                .delete_payload(&p, &r.payload_id, &r.reason)
-                .await?;
+            let receipt = self.service.delete_payload(&p, &r.payload_id, &r.reason).await?;
             convert::receipt(&receipt)
         }
     }

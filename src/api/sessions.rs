@@ -82,10 +82,7 @@ rpcs! {
 
         #[instrument(name = "sessions.delete", skip_all, err(level = "info"))]
         fn delete_session(&self, p, r: proto::DeleteSessionRequest) -> proto::DeletionReceipt {
-            let receipt = self
-                .service
-                .delete_session(&p, &r.session_id, &r.reason)
-                .await?;
+            let receipt = self.service.delete_session(&p, &r.session_id, &r.reason).await?;
             convert::receipt(&receipt)
         }
     }

@@ -688,6 +688,7 @@ mod tests {
     use super::*;
     use crate::audit::{action, verify};
     use crate::clock::ManualClock;
+    use crate::store::engine::{Entry, KeyRange};
     use crate::store::{RedbEngine, SledEngine};
 
     const START: Millis = 1_796_031_106_334;
@@ -701,8 +702,13 @@ mod tests {
 
     fn fixture() -> Fixture {
         let dir = tempfile::tempdir().unwrap();
-        let engine: Arc<dyn Engine> =
-            Arc::new(RedbEngine::open(&dir.path().join("meta.redb")).unwrap());
+        let engine: Arc<dyn Engine> = Arc::new(
+            RedbEngine::open(
+                &dir.path().join("meta.redb"),
+                crate::store::engine::DEFAULT_CACHE_BYTES,
+            )
+            .unwrap(),
+        );
         let clock = ManualClock::new(START);
         let log = AuditLog::new(engine.clone(), Arc::new(clock.clone()));
         Fixture {
@@ -874,14 +880,8 @@ mod tests {
         fn get(&self, t: Tree, k: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
             self.inner.get(t, k)
         }
-        fn range(
-            &self,
-            t: Tree,
-            s: Bound<&[u8]>,
-            e: Bound<&[u8]>,
-            l: usize,
-        ) -> Result<Vec<crate::store::engine::Entry>, EngineError> {
-            self.inner.range(t, s, e, l)
+        fn scan(&self, t: Tree, keys: KeyRange<'_>) -> Result<Vec<Entry>, EngineError> {
+            self.inner.scan(t, keys)
         }
         fn commit(&self, b: &Batch) -> Result<(), EngineError> {
             use std::sync::atomic::Ordering::SeqCst;
@@ -1211,8 +1211,13 @@ mod tests {
     #[test]
     fn the_log_works_on_sled_too() {
         let dir = tempfile::tempdir().unwrap();
-        let engine: Arc<dyn Engine> =
-            Arc::new(SledEngine::open(&dir.path().join("meta.sled")).unwrap());
+        let engine: Arc<dyn Engine> = Arc::new(
+            SledEngine::open(
+                &dir.path().join("meta.sled"),
+                crate::store::engine::DEFAULT_CACHE_BYTES,
+            )
+            .unwrap(),
+        );
         let log = AuditLog::new(engine.clone(), Arc::new(ManualClock::new(START)));
         for n in 1..=300 {
             log.append(ev(n, "acme")).unwrap();

@@ -223,16 +223,8 @@ fn print_read(r: &proto::ReadResponse) -> anyhow::Result<()> {
     if !r.data.ends_with(b"\n") && !r.data.is_empty() {
         println!();
     }
-    eprintln!(
-        "-- lines {}-{} of {}, bytes {}-{} of {}{}",
-        r.first_line,
-        r.last_line,
-        r.total_lines,
-        r.start_offset,
-        r.end_offset,
-        r.total_bytes,
-        if r.eof { ", end of payload" } else { "" }
-    );
+    let end = if r.eof { ", end of payload" } else { "" };
+    eprintln!("-- {}{end}", r.span());
     Ok(())
 }
 

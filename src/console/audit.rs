@@ -27,7 +27,7 @@ const PAGE: u32 = 100;
 const MAX_RECEIPT_JSON: usize = 32 << 10;
 
 /// The query's filters, as they appear in its URL.
-#[derive(Debug, Default, Clone, serde::Deserialize)]
+#[derive(Debug, Default, Clone, serde::Deserialize, serde::Serialize)]
 pub struct AuditFilters {
     #[serde(default)]
     since: String,
@@ -82,18 +82,7 @@ impl AuditFilters {
     }
 
     fn url(&self, page: &str) -> String {
-        views::query_url(
-            "/audit",
-            &[
-                ("since", self.since.as_str()),
-                ("until", self.until.as_str()),
-                ("principal", self.principal.as_str()),
-                ("action", self.action.as_str()),
-                ("session", self.session.as_str()),
-                ("outcome", self.outcome.as_str()),
-                ("page", page),
-            ],
-        )
+        views::filters_url("/audit", self, page)
     }
 }
 

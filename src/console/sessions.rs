@@ -115,18 +115,7 @@ impl Filters {
 
     /// The query string of these filters on another page.
     fn url(&self, page: &str) -> String {
-        views::query_url(
-            "/sessions",
-            &[
-                ("state", self.state.as_str()),
-                ("owner", self.owner.as_str()),
-                ("q", self.q.as_str()),
-                ("label", self.label.as_str()),
-                ("expires", self.expires.as_str()),
-                ("hold", self.hold.as_str()),
-                ("page", page),
-            ],
-        )
+        views::filters_url("/sessions", self, page)
     }
 }
 

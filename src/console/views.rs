@@ -160,10 +160,17 @@ pub fn time(ms: crate::clock::Millis) -> String {
         .to_string()
 }
 
-/// `path`, with the pairs whose value is not empty as its query string.
-pub fn query_url(path: &str, pairs: &[(&str, &str)]) -> String {
-    let set: Vec<_> = pairs.iter().filter(|(_, v)| !v.is_empty()).collect();
-    let qs = serde_urlencoded::to_string(set).unwrap_or_default();
+/// `path` with the filters of a list as its query (their non-empty fields,
+/// in field order), on page `page`: `filters` is a struct of string fields
+/// with a `page` field.
+pub fn filters_url<F: serde::Serialize>(path: &str, filters: &F, page: &str) -> String {
+    let qs = serde_urlencoded::to_string(filters).unwrap_or_default();
+    let mut pairs: Vec<(String, String)> = serde_urlencoded::from_str(&qs).unwrap_or_default();
+    if let Some((_, v)) = pairs.iter_mut().find(|(k, _)| k == "page") {
+        page.clone_into(v);
+    }
+    pairs.retain(|(_, v)| !v.is_empty());
+    let qs = serde_urlencoded::to_string(pairs).unwrap_or_default();
     if qs.is_empty() {
         path.to_owned()
     } else {

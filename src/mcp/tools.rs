@@ -403,20 +403,12 @@ async fn call_inner(
                 })
                 .await?;
             let body = String::from_utf8_lossy(&r.data).into_owned();
-            let text = format!(
-                "{id} lines {}-{} of {}, bytes {}..{} of {}{}\n{body}",
-                r.first_line,
-                r.last_line,
-                r.total_lines,
-                r.start_offset,
-                r.end_offset,
-                r.total_bytes,
-                if r.eof {
-                    " (end of payload)"
-                } else {
-                    "; more follows: read from the next line or offset"
-                }
-            );
+            let more = if r.eof {
+                " (end of payload)"
+            } else {
+                "; more follows: read from the next line or offset"
+            };
+            let text = format!("{id} {}{more}\n{body}", r.span());
             Ok(ok(
                 text,
                 json!({"payload_id": id, "text": body, "first_line": r.first_line, "last_line": r.last_line,

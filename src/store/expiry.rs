@@ -157,32 +157,22 @@ impl Store {
             let (retention, ttl) = lifetimes(&s);
             let mut b = Batch::new();
             let session_expires = clock::add(s.created_ms, ttl).min(s.expires_ms);
-            if session_expires < s.expires_ms {
-                move_expiry(
-                    &mut b,
-                    keys::EXPIRY_SESSION,
-                    s.id.as_str(),
-                    s.expires_ms,
-                    session_expires,
-                );
-                s.expires_ms = session_expires;
-                b.put(Tree::Sessions, s.id.as_str(), records::encode(&s));
+            let id = s.id.as_str();
+            if shorten(
+                &mut b,
+                keys::EXPIRY_SESSION,
+                id,
+                &mut s.expires_ms,
+                session_expires,
+            ) {
+                b.put(Tree::Sessions, id, records::encode(&s));
                 sessions += 1;
             }
             for mut p in self.session_payloads(&s.id)? {
-                let expires = clock::add(p.created_ms, retention)
-                    .min(session_expires)
-                    .min(p.expires_ms);
-                if expires < p.expires_ms {
-                    move_expiry(
-                        &mut b,
-                        keys::EXPIRY_PAYLOAD,
-                        p.id.as_str(),
-                        p.expires_ms,
-                        expires,
-                    );
-                    p.expires_ms = expires;
-                    b.put(Tree::Payloads, p.id.as_str(), records::encode(&p));
+                let expires = clock::add(p.created_ms, retention).min(session_expires);
+                let id = p.id.as_str();
+                if shorten(&mut b, keys::EXPIRY_PAYLOAD, id, &mut p.expires_ms, expires) {
+                    b.put(Tree::Payloads, id, records::encode(&p));
                     payloads += 1;
                 }
             }
@@ -195,13 +185,16 @@ impl Store {
     }
 }
 
-/// Moves the expiry entry of `id` (of `kind`) from `old` to `new`.
-fn move_expiry(b: &mut Batch, kind: u8, id: &str, old: Millis, new: Millis) {
-    b.delete(Tree::Expiry, keys::expiry(old, kind, id)).put(
-        Tree::Expiry,
-        keys::expiry(new, kind, id),
-        [],
-    );
+/// Moves `id`'s (of `kind`) expiry, and its expiry entry, to `new` when
+/// that is earlier than `expires`; true when it moved.
+fn shorten(b: &mut Batch, kind: u8, id: &str, expires: &mut Millis, new: Millis) -> bool {
+    if new >= *expires {
+        return false;
+    }
+    b.delete(Tree::Expiry, keys::expiry(*expires, kind, id))
+        .put(Tree::Expiry, keys::expiry(new, kind, id), []);
+    *expires = new;
+    true
 }
 
 /// Splits an expiry key into its time, kind and ID.

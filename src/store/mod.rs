@@ -364,7 +364,7 @@ pub fn open_engine(data_dir: &Path, settings: &StoreSettings) -> Result<Arc<dyn 
     let engine: Arc<dyn Engine> = match settings.engine {
         EngineKind::Redb => {
             let path = data_dir.join("meta.redb");
-            let engine = redb_engine::RedbEngine::open_with_cache(&path, settings.cache_bytes)?;
+            let engine = redb_engine::RedbEngine::open(&path, settings.cache_bytes)?;
             // Names, labels and the audit log are tenants' data too.
             use std::os::unix::fs::PermissionsExt as _;
             std::fs::set_permissions(
@@ -375,7 +375,7 @@ pub fn open_engine(data_dir: &Path, settings: &StoreSettings) -> Result<Arc<dyn 
         }
         EngineKind::Sled => {
             let path = data_dir.join("meta.sled");
-            let engine = sled_engine::SledEngine::open_with_cache(&path, settings.cache_bytes)?;
+            let engine = sled_engine::SledEngine::open(&path, settings.cache_bytes)?;
             crate::fsutil::make_private(&path)?;
             Arc::new(engine)
         }

@@ -37,7 +37,9 @@ use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 use tokio_postgres::NoTls;
 
 use super::bridge::Bridge;
-use super::engine::{Batch, Engine, EngineError, EngineLock, Entry, Lease, LockKey, Tree};
+use super::engine::{
+    Batch, Engine, EngineError, EngineLock, Entry, KeyRange, Lease, LockKey, Tree,
+};
 
 const NAME: &str = "postgres";
 
@@ -380,20 +382,11 @@ impl Engine for PostgresEngine {
         })
     }
 
-    fn range(
-        &self,
-        tree: Tree,
-        start: Bound<&[u8]>,
-        end: Bound<&[u8]>,
-        limit: usize,
-    ) -> Result<Vec<Entry>, EngineError> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
+    fn scan(&self, tree: Tree, keys: KeyRange<'_>) -> Result<Vec<Entry>, EngineError> {
         let pool = self.pool.clone();
-        let start = start.map(<[u8]>::to_vec);
-        let end = end.map(<[u8]>::to_vec);
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let start = keys.start.map(<[u8]>::to_vec);
+        let end = keys.end.map(<[u8]>::to_vec);
+        let limit = i64::try_from(keys.limit).unwrap_or(i64::MAX);
         self.run(async move {
             let client = connection(&pool).await?;
             let stmt = prepared(&client, &range_sql(&start, &end)).await?;

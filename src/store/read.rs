@@ -77,125 +77,127 @@ pub fn read_range<F: Read + Seek>(
     max_bytes: u64,
 ) -> Result<ReadOut, ReadError> {
     debug_assert!(max_bytes > 0);
+    let source = Source {
+        file,
+        extent,
+        max_bytes,
+    };
     match spec {
-        ReadSpec::Bytes { offset, length } => read_bytes(file, extent, offset, length, max_bytes),
-        ReadSpec::Lines { start, end } => read_lines(file, extent, start, end, max_bytes),
+        ReadSpec::Bytes { offset, length } => source.bytes(offset, length),
+        ReadSpec::Lines { start, end } => source.lines(start, end),
     }
 }
 
-fn read_bytes<F: Read + Seek>(
-    file: &mut F,
-    extent: Extent<'_>,
-    offset: u64,
-    length: u64,
+/// What one read reads from, and how much it may return.
+struct Source<'a, F> {
+    file: &'a mut F,
+    extent: Extent<'a>,
     max_bytes: u64,
-) -> Result<ReadOut, ReadError> {
-    if offset > extent.size {
-        return Err(ReadError::OutOfRange(format!(
-            "byte offset {offset} is past the end of the payload ({} bytes); use an offset below {}",
-            extent.size, extent.size
-        )));
-    }
-    let want = if length == 0 {
-        max_bytes
-    } else {
-        length.min(max_bytes)
-    };
-    let want = want.min(extent.size - offset);
-    let mut data = read_at(file, offset, want)?;
-    let mut start = offset;
-    if extent.utf8 {
-        // Start on a character boundary: skip continuation bytes.
-        let skip = data
-            .iter()
-            .take(3)
-            .take_while(|&&b| is_continuation(b))
-            .count();
-        data.drain(..skip);
-        start += skip as u64;
-        trim_partial_char(&mut data);
-    }
-    let end = start + data.len() as u64;
-    let (first_line, last_line) = if data.is_empty() {
-        (0, 0)
-    } else {
-        let first = line_of_offset(file, extent.index, start)?;
-        (first, first + interior_newlines(&data))
-    };
-    Ok(ReadOut {
-        data,
-        start_offset: start,
-        end_offset: end,
-        first_line,
-        last_line,
-        eof: end == extent.size,
-    })
 }
 
-fn read_lines<F: Read + Seek>(
-    file: &mut F,
-    extent: Extent<'_>,
-    start: u64,
-    end: u64,
-    max_bytes: u64,
-) -> Result<ReadOut, ReadError> {
-    if start == 0 {
-        return Err(ReadError::Invalid(
-            "line_range.start_line is 1-based; use 1 for the first line".into(),
-        ));
-    }
-    if end != 0 && end < start {
-        return Err(ReadError::Invalid(format!(
-            "line_range.end_line ({end}) is before start_line ({start}); end_line is inclusive, or 0 for \"to the end\""
-        )));
-    }
-    if start > extent.lines {
-        return Err(ReadError::OutOfRange(format!(
-            "line range starts at line {start}, but the payload has {} lines; ask for lines 1 to {}",
-            extent.lines, extent.lines
-        )));
-    }
-    let begin = line_start(file, extent.index, start)?;
-    let want = max_bytes.min(extent.size - begin);
-    let mut data = read_at(file, begin, want)?;
-    let reached_eof = begin + data.len() as u64 == extent.size;
-    let wanted_lines = if end == 0 { u64::MAX } else { end - start + 1 };
-    let mut cut = None;
-    for (n, pos) in memchr::memchr_iter(b'\n', &data).enumerate() {
-        if n as u64 + 1 == wanted_lines {
-            cut = Some(pos + 1);
-            break;
+impl<F: Read + Seek> Source<'_, F> {
+    fn bytes(self, offset: u64, length: u64) -> Result<ReadOut, ReadError> {
+        if offset > self.extent.size {
+            return Err(ReadError::OutOfRange(format!(
+                "byte offset {offset} is past the end of the payload ({} bytes); use an offset below {}",
+                self.extent.size, self.extent.size
+            )));
         }
+        let want = if length == 0 {
+            self.max_bytes
+        } else {
+            length.min(self.max_bytes)
+        };
+        let want = want.min(self.extent.size - offset);
+        let mut data = read_at(self.file, offset, want)?;
+        let mut start = offset;
+        if self.extent.utf8 {
+            // Start on a character boundary: skip continuation bytes.
+            let skip = data
+                .iter()
+                .take(3)
+                .take_while(|&&b| is_continuation(b))
+                .count();
+            data.drain(..skip);
+            start += skip as u64;
+            trim_partial_char(&mut data);
+        }
+        let end = start + data.len() as u64;
+        let (first_line, last_line) = if data.is_empty() {
+            (0, 0)
+        } else {
+            let first = line_of_offset(self.file, self.extent.index, start)?;
+            (first, first + interior_newlines(&data))
+        };
+        Ok(ReadOut {
+            data,
+            start_offset: start,
+            end_offset: end,
+            first_line,
+            last_line,
+            eof: end == self.extent.size,
+        })
     }
-    let cut = match cut {
-        Some(c) => c,
-        None if reached_eof => data.len(),
-        // max_bytes stopped us inside the range: keep whole lines if any fit.
-        None => match memchr::memrchr(b'\n', &data) {
-            Some(pos) => pos + 1,
-            None => {
-                if extent.utf8 {
-                    trim_partial_char(&mut data);
-                }
-                data.len()
+
+    fn lines(self, start: u64, end: u64) -> Result<ReadOut, ReadError> {
+        if start == 0 {
+            return Err(ReadError::Invalid(
+                "line_range.start_line is 1-based; use 1 for the first line".into(),
+            ));
+        }
+        if end != 0 && end < start {
+            return Err(ReadError::Invalid(format!(
+                "line_range.end_line ({end}) is before start_line ({start}); end_line is inclusive, or 0 for \"to the end\""
+            )));
+        }
+        if start > self.extent.lines {
+            return Err(ReadError::OutOfRange(format!(
+                "line range starts at line {start}, but the payload has {} lines; ask for lines 1 to {}",
+                self.extent.lines, self.extent.lines
+            )));
+        }
+        let begin = line_start(self.file, self.extent.index, start)?;
+        let want = self.max_bytes.min(self.extent.size - begin);
+        let mut data = read_at(self.file, begin, want)?;
+        let reached_eof = begin + data.len() as u64 == self.extent.size;
+        let wanted_lines = if end == 0 { u64::MAX } else { end - start + 1 };
+        let mut cut = None;
+        for (n, pos) in memchr::memchr_iter(b'\n', &data).enumerate() {
+            if n as u64 + 1 == wanted_lines {
+                cut = Some(pos + 1);
+                break;
             }
-        },
-    };
-    data.truncate(cut);
-    let end_offset = begin + data.len() as u64;
-    let last_line = if data.is_empty() {
-        0
-    } else {
-        start + interior_newlines(&data)
-    };
-    Ok(ReadOut {
-        first_line: if data.is_empty() { 0 } else { start },
-        last_line,
-        start_offset: begin,
-        end_offset,
-        eof: end_offset == extent.size,
-        data,
-    })
+        }
+        let cut = match cut {
+            Some(c) => c,
+            None if reached_eof => data.len(),
+            // self.max_bytes stopped us inside the range: keep whole lines if any fit.
+            None => match memchr::memrchr(b'\n', &data) {
+                Some(pos) => pos + 1,
+                None => {
+                    if self.extent.utf8 {
+                        trim_partial_char(&mut data);
+                    }
+                    data.len()
+                }
+            },
+        };
+        data.truncate(cut);
+        let end_offset = begin + data.len() as u64;
+        let last_line = if data.is_empty() {
+            0
+        } else {
+            start + interior_newlines(&data)
+        };
+        Ok(ReadOut {
+            first_line: if data.is_empty() { 0 } else { start },
+            last_line,
+            start_offset: begin,
+            end_offset,
+            eof: end_offset == self.extent.size,
+            data,
+        })
+    }
 }
 
 /// Newlines in `data`, not counting one that ends it: how many lines past

@@ -2,12 +2,11 @@
 //! redb's default durability makes `commit` return only after `fdatasync`,
 //! and an interrupted commit is rolled back when the file is next opened.
 
-use std::ops::Bound;
 use std::path::Path;
 
 use redb::{Database, ReadableDatabase, TableDefinition};
 
-use super::engine::{Batch, Engine, EngineError, Entry, Tree};
+use super::engine::{Batch, Engine, EngineError, Entry, KeyRange, Tree};
 
 const NAME: &str = "redb";
 
@@ -26,15 +25,10 @@ pub struct RedbEngine {
 }
 
 impl RedbEngine {
-    /// Opens or creates the database file and every tree in it.
-    pub fn open(path: &Path) -> Result<Self, EngineError> {
-        Self::open_with_cache(path, super::engine::DEFAULT_CACHE_BYTES)
-    }
-
     /// Opens (creating if needed) the database at `path`, caching at most
     /// `cache_bytes` of its pages in memory (redb's own default is 1 GiB,
     /// which a long-running server fills as the database grows).
-    pub fn open_with_cache(path: &Path, cache_bytes: usize) -> Result<Self, EngineError> {
+    pub fn open(path: &Path, cache_bytes: usize) -> Result<Self, EngineError> {
         let db = redb::Builder::new()
             .set_cache_size(cache_bytes)
             .create(path)
@@ -59,17 +53,12 @@ impl Engine for RedbEngine {
         Ok(t.get(key).map_err(err)?.map(|v| v.value().to_vec()))
     }
 
-    fn range(
-        &self,
-        tree: Tree,
-        start: Bound<&[u8]>,
-        end: Bound<&[u8]>,
-        limit: usize,
-    ) -> Result<Vec<Entry>, EngineError> {
+    fn scan(&self, tree: Tree, keys: KeyRange<'_>) -> Result<Vec<Entry>, EngineError> {
         let txn = self.db.begin_read().map_err(err)?;
         let t = txn.open_table(table(tree)).map_err(err)?;
         let mut out = Vec::new();
-        for item in t.range::<&[u8]>((start, end)).map_err(err)?.take(limit) {
+        let items = t.range::<&[u8]>((keys.start, keys.end)).map_err(err)?;
+        for item in items.take(keys.limit) {
             let (k, v) = item.map_err(err)?;
             out.push((k.value().to_vec(), v.value().to_vec()));
         }
@@ -109,24 +98,8 @@ impl Engine for RedbEngine {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
     #[test]
-    fn passes_the_engine_conformance_suite() {
-        let dir = tempfile::tempdir().unwrap();
-        let engine = RedbEngine::open(&dir.path().join("meta.redb")).unwrap();
-        super::super::engine::conformance(&engine);
-    }
-
-    #[test]
-    fn committed_data_survives_reopen() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("meta.redb");
-        RedbEngine::open(&path)
-            .unwrap()
-            .put(Tree::Meta, b"k", b"v")
-            .unwrap();
-        let again = RedbEngine::open(&path).unwrap();
-        assert_eq!(again.get(Tree::Meta, b"k").unwrap(), Some(b"v".to_vec()));
+    fn passes_the_engine_conformance_suite_and_keeps_commits_across_reopen() {
+        super::super::engine::file_conformance("meta.redb", super::RedbEngine::open);
     }
 }

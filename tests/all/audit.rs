@@ -119,14 +119,16 @@ async fn open_engine(data_dir: &Path) -> Box<dyn Engine> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
         let opened: Result<Box<dyn Engine>, _> = match engine() {
-            spillway::config::EngineKind::Redb => {
-                spillway::store::RedbEngine::open(&data_dir.join("meta.redb"))
-                    .map(|e| Box::new(e) as Box<dyn Engine>)
-            }
-            spillway::config::EngineKind::Sled => {
-                spillway::store::SledEngine::open(&data_dir.join("meta.sled"))
-                    .map(|e| Box::new(e) as Box<dyn Engine>)
-            }
+            spillway::config::EngineKind::Redb => spillway::store::RedbEngine::open(
+                &data_dir.join("meta.redb"),
+                spillway::store::engine::DEFAULT_CACHE_BYTES,
+            )
+            .map(|e| Box::new(e) as Box<dyn Engine>),
+            spillway::config::EngineKind::Sled => spillway::store::SledEngine::open(
+                &data_dir.join("meta.sled"),
+                spillway::store::engine::DEFAULT_CACHE_BYTES,
+            )
+            .map(|e| Box::new(e) as Box<dyn Engine>),
             spillway::config::EngineKind::Postgres => spillway::store::PostgresEngine::open(
                 &spillway::store::PostgresSettings::new(crate::common::postgres_url_for(data_dir)),
             )
