@@ -21,9 +21,38 @@ pub struct LoadRun {
     pub stats: BTreeMap<&'static str, RpcStats>,
     pub peak_rss: u64,
     pub hwm: u64,
+    /// Each timed Exec's server-side parts, from its `ExecUsage`.
+    pub exec_parts: Vec<ExecParts>,
+}
+
+/// Where an Exec's server time went (µs): waiting for an exec slot, waiting
+/// for a turn on the CPU while running, the run itself (CPU wait included),
+/// and all of it.
+#[derive(Clone, Copy, Default)]
+pub struct ExecParts {
+    pub queue: u64,
+    pub cpu_wait: u64,
+    pub run: u64,
+    pub server: u64,
 }
 
 impl LoadRun {
+    /// The p50 of each Exec part, in words.
+    pub fn exec_parts_p50(&self) -> String {
+        let p50 = |f: fn(&ExecParts) -> u64| {
+            let mut v: Vec<u64> = self.exec_parts.iter().map(f).collect();
+            v.sort_unstable();
+            ms(pct(&v, 50.0))
+        };
+        format!(
+            "Exec server-side p50: queue {}, run {} (of which waiting for a CPU turn {}), server {}",
+            p50(|p| p.queue),
+            p50(|p| p.run),
+            p50(|p| p.cpu_wait),
+            p50(|p| p.server)
+        )
+    }
+
     pub fn p99(&self, rpc: &str) -> u64 {
         self.stats
             .get(rpc)
@@ -116,6 +145,8 @@ pub struct Phases {
     /// Calls made wholly inside a quiet window ([`QUIET`]) and wholly
     /// inside an attacked one ([`ATTACKED`]).
     recs: [Recorder; 2],
+    /// The parts of Execs made wholly inside a window, by window.
+    exec_parts: [std::sync::Mutex<Vec<ExecParts>>; 2],
 }
 
 /// No attack runs: calls count for the no-attack figures.
@@ -132,6 +163,7 @@ impl Phases {
         Arc::new(Self {
             now: AtomicU8::new(QUIET),
             recs: [Recorder::default(), Recorder::default()],
+            exec_parts: Default::default(),
         })
     }
 
@@ -166,14 +198,29 @@ impl Phases {
         }
     }
 
+    /// Keeps an Exec's parts when it ran wholly inside a timed window.
+    fn exec_parts(&self, before: u8, after: u8, parts: ExecParts) {
+        if before == after && (before == QUIET || before == ATTACKED) {
+            let mut v = self.exec_parts[before as usize]
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            v.push(parts);
+        }
+    }
+
     fn run(&self, phase: u8, secs: f64, peak_rss: u64, hwm: u64) -> LoadRun {
         let rec = &self.recs[phase as usize];
+        let exec_parts = self.exec_parts[phase as usize]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         LoadRun {
             secs,
             ops: rec.ops.load(Ordering::Relaxed),
             stats: rec.snapshot(),
             peak_rss,
             hwm,
+            exec_parts,
         }
     }
 }
@@ -306,6 +353,17 @@ async fn spawn_clients(
                         };
                         let r = x.exec(req).await.and_then(|r| {
                             let r = r.into_inner();
+                            let u = r.usage.unwrap_or_default();
+                            phases.exec_parts(
+                                before,
+                                phases.get(),
+                                ExecParts {
+                                    queue: u.queue_us,
+                                    cpu_wait: u.cpu_wait_us,
+                                    run: u.run_us,
+                                    server: u.server_us,
+                                },
+                            );
                             if r.status == ExecStatus::Ok as i32 {
                                 Ok(())
                             } else {
@@ -396,6 +454,7 @@ pub async fn load(opts: &Opts) -> Result<Outcome> {
         ));
         out.check(!v.is_empty(), format!("{rpc} succeeded {} times", v.len()));
     }
+    out.figure(run.exec_parts_p50());
     out.figure(format!("peak RSS {}", mib(run.peak_rss.max(run.hwm))));
     out.figure(format!("{exhausted} RESOURCE_EXHAUSTED"));
     out.check(
