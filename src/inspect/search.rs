@@ -125,8 +125,8 @@ pub enum Stop {
     Binary,
 }
 
-/// Searches a payload file through a read-only memory map, appending hits
-/// until `budget` hits have been taken. The deadline is checked at each
+/// Searches a payload file, read by position, appending hits until
+/// `budget` hits have been taken. The deadline is checked at each
 /// match; a payload's scan itself is linear in its size.
 pub fn search_file(
     c: &Compiled,

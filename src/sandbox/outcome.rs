@@ -65,28 +65,19 @@ pub fn judge(
     ceiling: &ExecLimits,
     scratch: ScratchLimit,
 ) -> Verdict {
-    let mut v = judge_ending(runtime, images, out, limits, ceiling, scratch);
-    if out.denied_socket_calls > 0 {
-        v.message.push_str(&format!(
-            "; the script made {} socket call(s), each refused: code mode has no network",
-            group(out.denied_socket_calls)
-        ));
-    }
-    v
-}
-
-fn judge_ending(
-    runtime: &str,
-    images: bool,
-    out: &RunOutcome,
-    limits: &ExecLimits,
-    ceiling: &ExecLimits,
-    scratch: ScratchLimit,
-) -> Verdict {
-    let verdict = |status, exit_code, message: String| Verdict {
-        status,
-        exit_code,
-        message,
+    // Whatever the ending, refused socket calls are said after it.
+    let verdict = |status, exit_code, mut message: String| {
+        if out.denied_socket_calls > 0 {
+            message.push_str(&format!(
+                "; the script made {} socket call(s), each refused: code mode has no network",
+                group(out.denied_socket_calls)
+            ));
+        }
+        Verdict {
+            status,
+            exit_code,
+            message,
+        }
     };
     let secs = |ms: u64| format_secs(ms);
     match &out.ending {
@@ -296,6 +287,18 @@ mod tests {
         entries: 10,
     };
 
+    /// A run judged at the default limits.
+    fn judged(runtime: &str, images: bool, out: &RunOutcome) -> Verdict {
+        judge(
+            runtime,
+            images,
+            out,
+            &ExecLimits::DEFAULTS,
+            &ExecLimits::CEILING,
+            SCRATCH,
+        )
+    }
+
     #[test]
     fn a_timeout_names_the_limit_the_ceiling_and_what_to_do() {
         let limits = ExecLimits {
@@ -370,28 +373,14 @@ mod tests {
 
     #[test]
     fn exit_code_three_of_an_image_is_an_invalid_script() {
-        let v = judge(
-            "javascript",
-            true,
-            &outcome(Ending::Exited(3)),
-            &ExecLimits::DEFAULTS,
-            &ExecLimits::CEILING,
-            SCRATCH,
-        );
+        let v = judged("javascript", true, &outcome(Ending::Exited(3)));
         assert_eq!(v.status, Status::InvalidScript);
         assert_eq!(v.exit_code, 3);
     }
 
     #[test]
     fn exit_code_three_of_a_user_module_is_just_nonzero() {
-        let v = judge(
-            "wasm",
-            false,
-            &outcome(Ending::Exited(3)),
-            &ExecLimits::DEFAULTS,
-            &ExecLimits::CEILING,
-            SCRATCH,
-        );
+        let v = judged("wasm", false, &outcome(Ending::Exited(3)));
         assert_eq!(v.status, Status::ExitNonzero);
     }
 
@@ -401,14 +390,7 @@ mod tests {
         o.stderr = bytes::Bytes::from_static(
             b"spillway: invalid script\n  File \"script\", line 1\nSyntaxError: x",
         );
-        let v = judge(
-            "python",
-            true,
-            &o,
-            &ExecLimits::DEFAULTS,
-            &ExecLimits::CEILING,
-            SCRATCH,
-        );
+        let v = judged("python", true, &o);
         assert_eq!(v.status, Status::InvalidScript);
     }
 
