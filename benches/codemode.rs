@@ -26,6 +26,7 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::ffi::OsStr;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -149,18 +150,18 @@ fn at_exec_nice<T: Send>(f: impl FnOnce() -> T + Send) -> T {
     })
 }
 
-/// The median wall time of `rounds` runs of `cmd`, at the exec threads'
-/// nice value.
-fn time_cmd(rounds: usize, mut cmd: impl FnMut() -> Command) -> Option<f64> {
+/// The median wall time of `rounds` runs of `program` with `args`, at the
+/// exec threads' nice value (through `nice`, so the command is only a
+/// program and its arguments).
+fn time_cmd(rounds: usize, program: &Path, args: &[&OsStr]) -> Option<f64> {
     let mut v = Vec::new();
     for _ in 0..rounds {
-        let inner = cmd();
         let mut niced = Command::new("nice");
         niced
             .arg("-n")
             .arg(exec_nice().to_string())
-            .arg(inner.get_program())
-            .args(inner.get_args());
+            .arg(program)
+            .args(args);
         let t = Instant::now();
         let out = niced.output().ok()?;
         if !out.status.success() {
@@ -539,11 +540,11 @@ async fn c_jq_table(rounds: usize, server: &mut BenchServer, code: &Code, sessio
         }
         let (wall, run) = (median(wall), median(run));
         let reference = |program: &Path| {
-            time_cmd(rounds, || {
-                let mut c = Command::new(program);
-                c.arg("-c").arg(filter).arg(&path);
-                c
-            })
+            time_cmd(
+                rounds,
+                program,
+                &["-c".as_ref(), filter.as_ref(), path.as_os_str()],
+            )
         };
         let cell = |t: Option<f64>| match t {
             Some(t) => format!("{t:.3} s | {:.2}", wall / t),
@@ -609,13 +610,15 @@ async fn big_tables(
     println!("| measurement | time | reference | reference time | ratio |");
     println!("| --- | --- | --- | --- | --- |");
     let jq = exec_time("jq", JQ_AGG, &["-n"]).await;
+    let agg_args = [
+        "-c".as_ref(),
+        "-n".as_ref(),
+        JQ_AGG.as_ref(),
+        path.as_os_str(),
+    ];
     match jaq_binary() {
         Some(jaq) => {
-            let native = time_cmd(rounds, || {
-                let mut c = Command::new(&jaq);
-                c.arg("-c").arg("-n").arg(JQ_AGG).arg(&path);
-                c
-            });
+            let native = time_cmd(rounds, &jaq, &agg_args);
             match native {
                 Some(n) => println!(
                     "| jq runtime (jaq in wasm) | {jq:.2} s | native jaq 3.1 on the same file | {n:.2} s | {:.2} |",
@@ -630,11 +633,7 @@ async fn big_tables(
             "| jq runtime (jaq in wasm) | {jq:.2} s | jaq not installed (make bench installs it) | - | - |"
         ),
     }
-    let c_jq = time_cmd(rounds, || {
-        let mut c = Command::new("jq");
-        c.arg("-c").arg("-n").arg(JQ_AGG).arg(&path);
-        c
-    });
+    let c_jq = time_cmd(rounds, Path::new("jq"), &agg_args);
     match c_jq {
         Some(c) => println!(
             "| jq runtime (jaq in wasm) | {jq:.2} s | C jq (Debian's jq) on the same file | {c:.2} s | {:.2} |",
@@ -671,11 +670,11 @@ async fn big_tables(
     row(js_name, js, "native Rust, serde_json per line", rust);
     row(py_name, py, "native Rust, serde_json per line", rust);
     let native = |program: &str, flag: &str, script: &str| {
-        time_cmd(rounds, || {
-            let mut c = Command::new(program);
-            c.arg(flag).arg(script).arg(&path);
-            c
-        })
+        time_cmd(
+            rounds,
+            Path::new(program),
+            &[flag.as_ref(), script.as_ref(), path.as_os_str()],
+        )
     };
     if let Some(n) = native("node", "-e", NODE_AGG) {
         row(js_name, js, "native node (V8 JIT), for context", n);
