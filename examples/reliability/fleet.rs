@@ -37,6 +37,9 @@ const WORKERS: usize = 2;
 /// How long after a fault's end an error is still put down to it: a
 /// client's channel reconnects on its next call.
 const GRACE: Duration = Duration::from_secs(2);
+/// How long an upload may take to be refused while the bucket is down: the
+/// store retries 5 times, backing off 2.5 s at the most, within 5 s.
+const REFUSAL_BOUND: Duration = Duration::from_secs(6);
 
 /// One call's outcome, as the clients saw it.
 #[derive(Debug, Clone)]
@@ -567,6 +570,16 @@ pub async fn fleet(opts: &Opts) -> Result<Outcome> {
         cached_reads + worker_reads,
         upload_back.iter().max().copied().unwrap_or(0)
     ));
+    // A refusal that takes longer than the store's bounded retry policy
+    // allows means the bound is gone.
+    let slowest = refusal_ms.last().copied().unwrap_or(0);
+    out.check(
+        slowest <= REFUSAL_BOUND.as_millis() as u64,
+        format!(
+            "with S3 down, each upload was refused within {} s ({slowest} ms at the most)",
+            REFUSAL_BOUND.as_secs()
+        ),
+    );
     out.check(
         refusals.is_empty() && refusal_ms.len() == REPLICAS,
         format!(

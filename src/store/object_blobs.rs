@@ -20,6 +20,13 @@
 //!
 //! **Blocking.** The store is blocking and object_store is async: calls run
 //! on this room's [`Bridge`] and are waited for, with a timeout.
+//!
+//! **Retries.** A failed request is retried [`RETRIES`] times with a short
+//! backoff, all within [`RETRY_WINDOW`]: enough to ride out a bucket's brief
+//! stumble, short enough that an upload to a bucket that is down is refused
+//! within 2.5 s rather than after object_store's default backoff of
+//! ten retries (which took 12.7 s), while the client waits holding its
+//! bytes.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -30,7 +37,7 @@ use std::time::{Duration, Instant};
 use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::multipart::{MultipartStore as _, PartId};
 use object_store::path::Path as ObjectPath;
-use object_store::{MultipartId, ObjectStoreExt as _, PutPayload};
+use object_store::{BackoffConfig, MultipartId, ObjectStoreExt as _, PutPayload, RetryConfig};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 use tokio_stream::StreamExt as _;
@@ -44,6 +51,24 @@ pub const PART_BYTES: usize = 8 << 20;
 const PART_CONCURRENCY: usize = 2;
 /// How long the abort of a failed multipart upload may take.
 const ABORT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often a failed request is retried.
+pub const RETRIES: usize = 5;
+/// How long after a request's first try no retry starts.
+pub const RETRY_WINDOW: Duration = Duration::from_secs(5);
+
+/// The bounded retry policy of every request (see the module doc): backoffs
+/// of at most 0.1, 0.2, 0.4, 0.8 and 1 s, jittered: 2.5 s in all at the most.
+fn retry_policy() -> RetryConfig {
+    RetryConfig {
+        backoff: BackoffConfig {
+            init_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(1),
+            base: 2.0,
+        },
+        max_retries: RETRIES,
+        retry_timeout: RETRY_WINDOW,
+    }
+}
 
 /// Refuses a file that does not hold the bytes the upload counted.
 fn check_size(read: u64, size: u64) -> Result<(), ObjectError> {
@@ -363,6 +388,7 @@ impl ObjectBlobs {
         }
         let store = b
             .with_allow_http(config.allow_http)
+            .with_retry(retry_policy())
             .build()
             .map_err(|e| ObjectError::Config(e.to_string()))?;
         Ok(Self {
@@ -600,6 +626,37 @@ mod tests {
         // And no object.
         let dest = tempfile::tempfile().unwrap();
         assert!(blobs.get_into(&sid, &pid, dest, 12 << 20, "00").is_err());
+    }
+
+    #[test]
+    fn an_upload_to_a_bucket_that_is_down_is_refused_within_the_retry_window() {
+        let server = crate::testing::s3::dedicated();
+        let blobs = ObjectBlobs::open(&server.url(), &server.config(), 1 << 20).unwrap();
+        let put = |name: &str| {
+            let mut file = tempfile::tempfile().unwrap();
+            file.write_all(name.as_bytes()).unwrap();
+            std::io::Seek::rewind(&mut file).unwrap();
+            let (sid, pid) = (SessionId::generate(), PayloadId::generate());
+            blobs.put_file(&sid, &pid, file, name.len() as u64)
+        };
+        put("before").unwrap();
+        server.stop();
+        let t = Instant::now();
+        let e = put("while down").unwrap_err();
+        let took = t.elapsed();
+        assert!(matches!(e, ObjectError::Unavailable(_)), "{e}");
+        assert!(
+            e.to_string().contains("object storage is unavailable"),
+            "{e}"
+        );
+        // object_store's default policy took 12.7 s here; the bounded one
+        // gives up after its retries, within the window plus a last try.
+        assert!(
+            took < RETRY_WINDOW + Duration::from_secs(1),
+            "refused after {took:?}"
+        );
+        server.start_again();
+        put("after").unwrap();
     }
 
     use super::*;
