@@ -127,7 +127,7 @@ enum ScanState {
     Inline(ContentScanner),
     Ahead {
         queue: SyncSender<Bytes>,
-        worker: JoinHandle<ContentScanner>,
+        worker: JoinHandle<Option<ContentScanner>>,
     },
 }
 
@@ -185,41 +185,28 @@ impl ScanAhead {
     }
 
     /// Moves the scanner to its own thread; stays inline when the thread
-    /// cannot be started.
+    /// cannot be started. The scanner is handed over only once the thread
+    /// runs, so a failed start leaves it where it was.
     fn start_thread(&mut self) {
         let (queue, chunks) = sync_channel::<Bytes>(SCAN_QUEUE);
-        let ScanState::Inline(scanner) = std::mem::replace(
-            &mut self.state,
-            ScanState::Inline(ContentScanner::default()),
-        ) else {
-            return;
-        };
-        // A thread that cannot start drops its closure, so the scanner
-        // travels in a slot the failure path can take it back from.
-        let slot = std::sync::Arc::new(std::sync::Mutex::new(Some(scanner)));
-        let theirs = slot.clone();
+        let (hand_over, handed) = sync_channel::<ContentScanner>(1);
         let spawned = std::thread::Builder::new()
             .name("spillway-scan".into())
-            .spawn(move || {
-                let scanner = theirs
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .take()
-                    .unwrap_or_default();
-                scan_queue(scanner, chunks)
-            });
-        self.state = match spawned {
-            Ok(worker) => ScanState::Ahead { queue, worker },
+            .spawn(move || Some(scan_queue(handed.recv().ok()?, chunks)));
+        let worker = match spawned {
+            Ok(worker) => worker,
             Err(e) => {
                 tracing::warn!(error = %e, "could not start a scanner thread; scanning inline");
-                let scanner = slot
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .take()
-                    .unwrap_or_else(ContentScanner::new);
-                ScanState::Inline(scanner)
+                return;
             }
         };
+        let ScanState::Inline(scanner) =
+            std::mem::replace(&mut self.state, ScanState::Ahead { queue, worker })
+        else {
+            unreachable!("start_thread is called only while inline")
+        };
+        // The thread waits for exactly this one message.
+        let _ = hand_over.send(scanner);
     }
 
     /// Finishes the pass, waiting for the thread's queue to drain.
@@ -228,10 +215,12 @@ impl ScanAhead {
             ScanState::Inline(s) => Ok(s.finish()),
             ScanState::Ahead { queue, worker } => {
                 drop(queue);
-                worker
-                    .join()
-                    .map(ContentScanner::finish)
-                    .map_err(|_| std::io::Error::other("the content scanner thread panicked"))
+                match worker.join() {
+                    Ok(Some(scanner)) => Ok(scanner.finish()),
+                    _ => Err(std::io::Error::other(
+                        "the content scanner thread stopped before the end of the upload",
+                    )),
+                }
             }
         }
     }
