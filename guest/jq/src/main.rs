@@ -8,6 +8,7 @@
 //! 2 bad arguments, 3 the filter does not compile; `halt_error` and
 //! `halt_error(n)` keep jq's codes (5 and n).
 
+#[cfg(target_arch = "wasm32")]
 mod alloc;
 mod inputs;
 mod report;
@@ -407,18 +408,155 @@ fn real_main(cli: Cli) -> u8 {
 
 type Defs = Vec<load::parse::Def<&'static str>>;
 
-thread_local! {
-    /// The standard library (jaq-core's, jaq-std's and jaq-json's definitions), parsed.
-    /// Filled by `wizer-initialize` when `make images` pre-initializes the image, so
-    /// a run takes it from the snapshot instead of lexing and parsing it again.
-    static STD_DEFS: RefCell<Option<Defs>> = const { RefCell::new(None) };
+/// The standard library (jaq-core's, jaq-std's and jaq-json's definitions),
+/// parsed, with the names each definition's body calls.
+struct StdLib {
+    defs: Defs,
+    /// `calls[i]`: every filter name `defs[i]`'s body calls, itself included
+    /// when it recurses.
+    calls: Vec<Vec<&'static str>>,
 }
 
-fn parse_std_defs() -> Defs {
-    jaq_core::defs()
+thread_local! {
+    /// Filled by `wizer-initialize` when `make images` pre-initializes the image, so
+    /// a run takes it from the snapshot instead of lexing and parsing it again.
+    static STD_LIB: RefCell<Option<StdLib>> = const { RefCell::new(None) };
+}
+
+fn parse_std_lib() -> StdLib {
+    let defs: Defs = jaq_core::defs()
         .chain(jaq_std::defs())
         .chain(jaq_json::defs())
+        .collect();
+    let calls = defs
+        .iter()
+        .map(|d| {
+            let mut out = Vec::new();
+            calls_of(&d.body, &mut out);
+            out.sort_unstable();
+            out.dedup();
+            out
+        })
+        .collect();
+    StdLib { defs, calls }
+}
+
+/// Every filter name `t` calls, including string formats (`@base64`), the
+/// calls inside local definitions, and arguments.
+fn calls_of(t: &load::parse::Term<&'static str>, out: &mut Vec<&'static str>) {
+    use jaq_core::load::lex::StrPart;
+    use jaq_core::load::parse::{BinaryOp, Term};
+    use jaq_core::path::Part;
+    match t {
+        Term::Id | Term::Recurse | Term::Num(_) | Term::Break(_) | Term::Var(_) => {}
+        Term::Str(fmt, parts) => {
+            out.extend(fmt.iter().copied());
+            for part in parts {
+                if let StrPart::Term(t) = part {
+                    calls_of(t, out);
+                }
+            }
+        }
+        Term::Arr(t) => t.iter().for_each(|t| calls_of(t, out)),
+        Term::Obj(entries) => {
+            for (k, v) in entries {
+                calls_of(k, out);
+                v.iter().for_each(|v| calls_of(v, out));
+            }
+        }
+        Term::Neg(t) | Term::Label(_, t) => calls_of(t, out),
+        Term::BinOp(l, op, r) => {
+            if let BinaryOp::Pipe(Some(p)) = op {
+                pattern_calls(p, out);
+            }
+            calls_of(l, out);
+            calls_of(r, out);
+        }
+        Term::Fold(_, xs, p, args) => {
+            calls_of(xs, out);
+            pattern_calls(p, out);
+            args.iter().for_each(|t| calls_of(t, out));
+        }
+        Term::TryCatch(t, catch) => {
+            calls_of(t, out);
+            catch.iter().for_each(|t| calls_of(t, out));
+        }
+        Term::IfThenElse(branches, otherwise) => {
+            for (cond, then) in branches {
+                calls_of(cond, out);
+                calls_of(then, out);
+            }
+            otherwise.iter().for_each(|t| calls_of(t, out));
+        }
+        Term::Def(defs, t) => {
+            defs.iter().for_each(|d| calls_of(&d.body, out));
+            calls_of(t, out);
+        }
+        Term::Call(name, args) => {
+            out.push(name);
+            args.iter().for_each(|t| calls_of(t, out));
+        }
+        Term::Path(t, path) => {
+            calls_of(t, out);
+            for (part, _) in &path.0 {
+                match part {
+                    Part::Index(i) => calls_of(i, out),
+                    Part::Range(from, to) => {
+                        from.iter().chain(to).for_each(|t| calls_of(t, out));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The terms inside a destructuring pattern (`. as {(f): $x}`).
+fn pattern_calls(p: &load::parse::Pattern<&'static str>, out: &mut Vec<&'static str>) {
+    use jaq_core::load::parse::Pattern;
+    match p {
+        Pattern::Var(_) => {}
+        Pattern::Arr(ps) => ps.iter().for_each(|p| pattern_calls(p, out)),
+        Pattern::Obj(entries) => {
+            for (k, p) in entries {
+                calls_of(k, out);
+                pattern_calls(p, out);
+            }
+        }
+    }
+}
+
+/// The standard definitions `code` can reach: those named by any word in
+/// `code` (a superset of what it calls: words in strings and comments
+/// count too), and, transitively, those their bodies call. A definition
+/// only calls earlier ones (or itself), so one pass from the last to the
+/// first finds them all; the kept ones stay in their order. Compiling only
+/// these, instead of the whole library, is most of an empty filter's start.
+fn reachable(std: StdLib, code: &str) -> Defs {
+    let mut needed: std::collections::HashSet<&str> = words(code).collect();
+    let mut keep = vec![false; std.defs.len()];
+    for (i, def) in std.defs.iter().enumerate().rev() {
+        if needed.contains(def.name) {
+            keep[i] = true;
+            needed.extend(std.calls[i].iter().copied());
+        }
+    }
+    std.defs
+        .into_iter()
+        .zip(keep)
+        .filter_map(|(d, k)| k.then_some(d))
         .collect()
+}
+
+/// Every run of identifier characters in `code`, and of a run with an `@`
+/// inside, each piece, with and without its `@` (string formats are filters
+/// named `@base64` and so on): a superset of the names it can call.
+fn words(code: &str) -> impl Iterator<Item = &str> {
+    code.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '@'))
+        .flat_map(|w| {
+            let formats = w.match_indices('@').map(move |(i, _)| &w[i..]);
+            core::iter::once(w).chain(w.split('@')).chain(formats)
+        })
+        .filter(|w| !w.is_empty())
 }
 
 /// Wizer's initialization function (guest/build-images.sh): parse the standard
@@ -426,16 +564,24 @@ fn parse_std_defs() -> Defs {
 /// holds nothing of the machine that built it.
 #[unsafe(export_name = "wizer-initialize")]
 pub extern "C" fn wizer_initialize() {
-    let defs = parse_std_defs();
-    STD_DEFS.with(|d| *d.borrow_mut() = Some(defs));
+    let std = parse_std_lib();
+    STD_LIB.with(|d| *d.borrow_mut() = Some(std));
 }
 
 fn compile_filter(code: &str, vars: &[String]) -> Result<jaq_core::Filter<DataKind>, String> {
-    let arena = load::Arena::default();
     // from the snapshot (taken: each instance runs once), else parsed now
-    let defs = STD_DEFS
+    let std = STD_LIB
         .with(|d| d.borrow_mut().take())
-        .unwrap_or_else(parse_std_defs);
+        .unwrap_or_else(parse_std_lib);
+    compile_with(reachable(std, code), code, vars)
+}
+
+fn compile_with(
+    defs: Defs,
+    code: &str,
+    vars: &[String],
+) -> Result<jaq_core::Filter<DataKind>, String> {
+    let arena = load::Arena::default();
     let loader = load::Loader::new(defs);
     let file = load::File { path: (), code };
     let modules = loader
@@ -486,4 +632,61 @@ impl log::Log for StderrLogger {
         };
     }
     fn flush(&self) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each standard definition, called with `.` for each argument.
+    fn every_std_call() -> Vec<String> {
+        let std = parse_std_lib();
+        let mut calls: Vec<String> = std
+            .defs
+            .iter()
+            .map(|d| match d.args.len() {
+                0 => d.name.to_string(),
+                n => format!("{}({})", d.name, vec!["."; n].join("; ")),
+            })
+            .collect();
+        calls.dedup();
+        calls
+    }
+
+    #[test]
+    fn every_standard_definition_compiles_with_only_what_it_reaches() {
+        let calls = every_std_call();
+        assert!(calls.len() > 100, "{} definitions", calls.len());
+        for code in &calls {
+            let kept = reachable(parse_std_lib(), code);
+            assert!(kept.len() < parse_std_lib().defs.len(), "{code} kept everything");
+            if let Err(e) = compile_with(kept, code, &[]) {
+                panic!("{code}: {e}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_format_in_a_string_reaches_its_definition() {
+        for code in [r#"@base64d "\(.)""#, "@html", ".[]|@sh", "@text \"a\\(.)\""] {
+            let kept = reachable(parse_std_lib(), code);
+            if let Err(e) = compile_with(kept, code, &[]) {
+                panic!("{code}: {e}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_name_outside_the_library_is_refused_as_with_the_whole_library() {
+        let code = "map(.a) | no_such_filter";
+        let full = compile_with(parse_std_lib().defs, code, &[]).err();
+        let kept = compile_with(reachable(parse_std_lib(), code), code, &[]).err();
+        assert!(full.as_deref().is_some_and(|e| e.contains("no_such_filter")), "{full:?}");
+        assert_eq!(full, kept);
+    }
+
+    #[test]
+    fn an_empty_filter_compiles_none_of_the_library() {
+        assert!(reachable(parse_std_lib(), ".").is_empty());
+    }
 }
