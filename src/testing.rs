@@ -40,12 +40,33 @@ pub mod postgres {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::time::{Duration, Instant};
 
-    /// A free TCP port on loopback (bound, read, released).
+    /// A free TCP port on loopback (bound, read, released), never one this
+    /// process has been handed before: the kernel may offer a just-released
+    /// port again, and two servers of one test process must not share one.
     pub fn free_port() -> u16 {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("a free loopback port")
+        static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+        let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .map(|a| a.port())
+                .expect("a free loopback port");
+            if !given.contains(&port) {
+                given.push(port);
+                return port;
+            }
+        }
+    }
+
+    /// A new, empty directory under the system's temporary directory, named
+    /// `<prefix>…` and made by this call alone (never an earlier run's
+    /// leftover); the watchdog removes it when the process ends.
+    pub(super) fn fresh_dir(prefix: &str) -> PathBuf {
+        tempfile::Builder::new()
+            .prefix(prefix)
+            .tempdir()
+            .expect("a temporary directory")
+            .keep()
     }
 
     fn bin_dir() -> Option<PathBuf> {
@@ -115,13 +136,8 @@ pub mod postgres {
     impl Cluster {
         fn start() -> Cluster {
             let root = is_root();
-            let tmp = std::env::temp_dir().join(format!(
-                "spillway-pg-{}-{}",
-                std::process::id(),
-                free_port()
-            ));
+            let tmp = fresh_dir("spillway-pg-");
             let data = tmp.join("data");
-            std::fs::create_dir_all(&tmp).expect("a temporary directory");
             if root {
                 let status = Command::new("chown")
                     .args(["-R", "postgres:postgres"])
@@ -310,7 +326,7 @@ pub mod s3 {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::time::{Duration, Instant};
 
-    use super::postgres::free_port;
+    use super::postgres::{free_port, fresh_dir};
 
     /// The access key the server accepts.
     pub const ACCESS_KEY: &str = "spillway-test";
@@ -354,11 +370,7 @@ pub mod s3 {
 
     impl Server {
         fn start() -> Server {
-            let dir = std::env::temp_dir().join(format!(
-                "spillway-weed-{}-{}",
-                std::process::id(),
-                free_port()
-            ));
+            let dir = fresh_dir("spillway-weed-");
             std::fs::create_dir_all(dir.join("data")).expect("a temporary directory");
             std::fs::write(
                 dir.join("s3.json"),
