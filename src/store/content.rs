@@ -1,15 +1,6 @@
 //! One streaming pass over payload bytes as they are written: SHA-256, size,
 //! line count, char count, UTF-8 validity, and the sparse line index.
-//!
-//! [`ScanAhead`] runs that pass beside the write instead of after it: once
-//! an upload is past its first large chunk, the scanner moves to its own
-//! thread, fed through a bounded queue of shared chunks, so hashing one
-//! chunk overlaps copying the next into the page cache.
 
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
-use std::thread::JoinHandle;
-
-use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
 use super::lines::LineIndexBuilder;
@@ -58,6 +49,11 @@ impl ContentScanner {
         }
     }
 
+    /// Bytes seen so far.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
     /// Takes the next chunk.
     pub fn update(&mut self, chunk: &[u8]) {
         if chunk.is_empty() {
@@ -103,135 +99,6 @@ impl ContentScanner {
             line_index: self.index.finish(),
         }
     }
-}
-
-/// Chunks waiting for the scanner thread: with chunks of at most one gRPC
-/// message, the memory this pins is bounded by this many messages.
-const SCAN_QUEUE: usize = 4;
-/// A chunk at least this large moves the scan to its own thread; smaller
-/// ones (and whole small payloads) are scanned inline, where a thread
-/// would cost more than it overlaps.
-const SCAN_AHEAD_BYTES: usize = 256 << 10;
-
-/// A [`ContentScanner`] that runs inline until the first large chunk, then on
-/// its own thread (see the module doc). Chunks are scanned in the order
-/// they are given, wherever they run, so the facts are the same.
-#[derive(Debug)]
-pub struct ScanAhead {
-    size: u64,
-    state: ScanState,
-}
-
-#[derive(Debug)]
-enum ScanState {
-    Inline(ContentScanner),
-    Ahead {
-        queue: SyncSender<Bytes>,
-        worker: JoinHandle<Option<ContentScanner>>,
-    },
-}
-
-impl Default for ScanAhead {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl ScanAhead {
-    /// A scan at offset 0, inline.
-    pub fn new() -> Self {
-        Self {
-            size: 0,
-            state: ScanState::Inline(ContentScanner::new()),
-        }
-    }
-
-    /// Bytes given so far.
-    pub fn size(&self) -> u64 {
-        self.size
-    }
-
-    /// Takes the next chunk, borrowed: scanned now, or copied to the
-    /// thread once the scan runs there.
-    pub fn update(&mut self, chunk: &[u8]) {
-        match &mut self.state {
-            ScanState::Inline(s) => s.update(chunk),
-            ScanState::Ahead { .. } => return self.update_owned(Bytes::copy_from_slice(chunk)),
-        }
-        self.size += chunk.len() as u64;
-    }
-
-    /// Takes the next chunk, shared: a large one starts the thread, and
-    /// from then on chunks queue for it (waiting while [`SCAN_QUEUE`] are
-    /// queued) instead of being scanned here.
-    pub fn update_owned(&mut self, chunk: Bytes) {
-        if chunk.is_empty() {
-            return;
-        }
-        self.size += chunk.len() as u64;
-        if let ScanState::Inline(_) = self.state
-            && chunk.len() >= SCAN_AHEAD_BYTES
-        {
-            self.start_thread();
-        }
-        match &mut self.state {
-            ScanState::Inline(s) => s.update(&chunk),
-            ScanState::Ahead { queue, .. } => {
-                // The thread only ends when the queue closes (or by a
-                // panic, which `finish` reports).
-                let _ = queue.send(chunk);
-            }
-        }
-    }
-
-    /// Moves the scanner to its own thread; stays inline when the thread
-    /// cannot be started. The scanner is handed over only once the thread
-    /// runs, so a failed start leaves it where it was.
-    fn start_thread(&mut self) {
-        let (queue, chunks) = sync_channel::<Bytes>(SCAN_QUEUE);
-        let (hand_over, handed) = sync_channel::<ContentScanner>(1);
-        let spawned = std::thread::Builder::new()
-            .name("spillway-scan".into())
-            .spawn(move || Some(scan_queue(handed.recv().ok()?, chunks)));
-        let worker = match spawned {
-            Ok(worker) => worker,
-            Err(e) => {
-                tracing::warn!(error = %e, "could not start a scanner thread; scanning inline");
-                return;
-            }
-        };
-        let ScanState::Inline(scanner) =
-            std::mem::replace(&mut self.state, ScanState::Ahead { queue, worker })
-        else {
-            unreachable!("start_thread is called only while inline")
-        };
-        // The thread waits for exactly this one message.
-        let _ = hand_over.send(scanner);
-    }
-
-    /// Finishes the pass, waiting for the thread's queue to drain.
-    pub fn finish(self) -> std::io::Result<ContentFacts> {
-        match self.state {
-            ScanState::Inline(s) => Ok(s.finish()),
-            ScanState::Ahead { queue, worker } => {
-                drop(queue);
-                match worker.join() {
-                    Ok(Some(scanner)) => Ok(scanner.finish()),
-                    _ => Err(std::io::Error::other(
-                        "the content scanner thread stopped before the end of the upload",
-                    )),
-                }
-            }
-        }
-    }
-}
-
-/// The scanner thread: every queued chunk, in order, until the queue closes.
-fn scan_queue(mut scanner: ContentScanner, chunks: Receiver<Bytes>) -> ContentScanner {
-    for chunk in chunks {
-        scanner.update(&chunk);
-    }
-    scanner
 }
 
 /// Incremental UTF-8 validation across chunk boundaries.
@@ -336,61 +203,5 @@ mod tests {
         let f = scan_in_chunks(&data, 4096);
         assert_eq!(f.sha256, hex::encode(Sha256::digest(&data)));
         assert_eq!(f.head.len(), HEAD_BYTES);
-    }
-
-    /// Multibyte text over several line-index blocks, with an invalid byte
-    /// at `bad` when given and no final newline.
-    fn mixed_text(bad: Option<usize>) -> Vec<u8> {
-        let mut data = "héllo 🌍 世界 line\n".repeat(120_000).into_bytes();
-        data.extend_from_slice("no newline at the end 🌍".as_bytes());
-        if let Some(at) = bad {
-            data[at] = 0xff;
-        }
-        data
-    }
-
-    #[test]
-    fn scanning_ahead_on_a_thread_learns_the_same_facts_as_scanning_inline() {
-        let cases = [
-            ("valid text", mixed_text(None)),
-            (
-                "an invalid byte past the first large chunk",
-                mixed_text(Some(2_000_000)),
-            ),
-        ];
-        for (name, data) in cases {
-            let inline = scan_in_chunks(&data, 64 << 10);
-            // Small chunks first (inline), then large shared ones (the
-            // thread), then borrowed ones again (copied to the thread),
-            // each split mid-character somewhere.
-            let mut ahead = ScanAhead::new();
-            let (first, rest) = data.split_at(100_001);
-            for c in first.chunks(7_001) {
-                ahead.update_owned(Bytes::copy_from_slice(c));
-            }
-            assert!(matches!(ahead.state, ScanState::Inline(_)), "{name}");
-            let (middle, last) = rest.split_at(rest.len() - 300_003);
-            for c in middle.chunks(SCAN_AHEAD_BYTES + 3) {
-                ahead.update_owned(Bytes::copy_from_slice(c));
-            }
-            assert!(matches!(ahead.state, ScanState::Ahead { .. }), "{name}");
-            for c in last.chunks(10_007) {
-                ahead.update(c);
-            }
-            assert_eq!(ahead.size(), data.len() as u64, "{name}");
-            assert_eq!(ahead.finish().unwrap(), inline, "{name}");
-        }
-    }
-
-    #[test]
-    fn a_small_payload_is_scanned_inline_without_a_thread() {
-        let mut ahead = ScanAhead::new();
-        ahead.update_owned(Bytes::from_static(b"small\n"));
-        ahead.update(b"and borrowed");
-        assert!(matches!(ahead.state, ScanState::Inline(_)));
-        assert_eq!(
-            ahead.finish().unwrap(),
-            scan_in_chunks(b"small\nand borrowed", 4)
-        );
     }
 }

@@ -55,7 +55,7 @@ use crate::ids::{PayloadId, ReceiptId, SessionId};
 use crate::policy::PolicyOverrides;
 use crate::receipt::{ReceiptKey, Signed};
 use blobs::{BlobStore, TempFile};
-use content::ScanAhead;
+use content::ContentScanner;
 use engine::{Batch, Engine, EngineError, Tree};
 use read::{Extent, ReadError};
 use records::{RecordError, keys};
@@ -784,7 +784,7 @@ impl Store {
             store: self,
             session: session.clone(),
             temp: TempFile::create(dir)?,
-            scanner: ScanAhead::new(),
+            scanner: ContentScanner::new(),
             policy_limit: (q.max_payload_bytes > 0
                 && q.max_payload_bytes < self.settings.max_payload_bytes)
                 .then_some(q.max_payload_bytes),
@@ -1131,7 +1131,7 @@ pub struct PendingUpload<'a> {
     session: SessionId,
     meta: UploadMeta,
     temp: TempFile,
-    scanner: ScanAhead,
+    scanner: ContentScanner,
     /// The policy's `max_payload_bytes`, when below the server's limit.
     policy_limit: Option<u64>,
     /// The session's stored bytes when the upload began, for an early
@@ -1143,27 +1143,7 @@ pub struct PendingUpload<'a> {
 impl PendingUpload<'_> {
     /// Appends bytes, enforcing the payload size limit and quotas.
     pub fn write(&mut self, data: &[u8]) -> Result<()> {
-        self.admit(data.len())?;
-        self.scanner.update(data);
-        self.temp.write_all(data)?;
-        Ok(())
-    }
-
-    /// [`PendingUpload::write`] for a chunk the caller can share: a large
-    /// one is hashed and indexed on the scanner's thread while it is
-    /// written here.
-    pub fn write_shared(&mut self, data: bytes::Bytes) -> Result<()> {
-        self.admit(data.len())?;
-        let chunk = data.clone();
-        self.scanner.update_owned(chunk);
-        self.temp.write_all(&data)?;
-        Ok(())
-    }
-
-    /// Checks that `len` more bytes stay within the payload size limit
-    /// and the session's quota.
-    fn admit(&self, len: usize) -> Result<()> {
-        let size = self.scanner.size() + len as u64;
+        let size = self.scanner.size() + data.len() as u64;
         if let Some(limit) = self.policy_limit
             && size > limit
         {
@@ -1199,6 +1179,8 @@ impl PendingUpload<'_> {
                 size,
             )?;
         }
+        self.temp.write_all(data)?;
+        self.scanner.update(data);
         Ok(())
     }
 
@@ -1212,7 +1194,7 @@ impl PendingUpload<'_> {
     /// durable.
     pub fn finish(mut self) -> Result<PayloadRecord> {
         let scanner = std::mem::take(&mut self.scanner);
-        let facts = scanner.finish()?;
+        let facts = scanner.finish();
         if let Some(expected) = &self.meta.expected_sha256
             && !expected.eq_ignore_ascii_case(&facts.sha256)
         {
