@@ -71,12 +71,16 @@ impl Engine for RedbEngine {
         }
         let txn = self.db.begin_write().map_err(err)?;
         {
-            let mut tables = Vec::with_capacity(Tree::ALL.len());
-            for tree in Tree::ALL {
-                tables.push(txn.open_table(table(tree)).map_err(err)?);
-            }
+            // Only the trees the batch touches are opened: most batches
+            // (an audit append: events and their chain's head) touch two of
+            // the eighteen, and each open table costs the commit a lookup.
+            let mut tables: [Option<redb::Table<'_, &[u8], &[u8]>>; Tree::ALL.len()] =
+                std::array::from_fn(|_| None);
             for op in batch.ops() {
-                let t = &mut tables[op.tree.index()];
+                let t = match &mut tables[op.tree.index()] {
+                    Some(t) => t,
+                    open @ None => open.insert(txn.open_table(table(op.tree)).map_err(err)?),
+                };
                 match &op.value {
                     Some(v) => {
                         t.insert(op.key.as_slice(), v.as_slice()).map_err(err)?;
