@@ -218,7 +218,7 @@ impl Service {
             .map(|e| e.by(&principal.id, &principal.tenant))
             .collect();
         let log = self.audit_log.clone();
-        blocking(move || log.append_all(events)).await.map(drop)
+        in_place(move || log.append_all(events)).await.map(drop)
     }
 
     /// Passes `result` through, after appending `event` with outcome
@@ -308,7 +308,7 @@ impl Service {
         }
         let id = SessionId::parse(raw_id)?;
         let store = self.store.clone();
-        let session = match blocking(move || store.session(&id)).await {
+        let session = match in_place(move || store.session(&id)).await {
             Err(ApiError::Store(StoreError::NotFound { .. })) => {
                 return Err(self.gone(principal, "session", raw_id).await);
             }
@@ -350,7 +350,7 @@ impl Service {
         }
         let id = crate::ids::PayloadId::parse(raw_id).map_err(|e| (e.into(), String::new()))?;
         let store = self.store.clone();
-        let found = blocking(move || {
+        let found = in_place(move || {
             let p = store.payload(&id)?;
             let s = store.session(&p.session_id)?;
             Ok::<_, StoreError>((s, p))
@@ -378,7 +378,7 @@ impl Service {
     async fn tenant_policy(&self, tenant: &str) -> ApiResult<PolicyOverrides> {
         let store = self.store.clone();
         let tenant = tenant.to_owned();
-        let record = blocking(move || store.tenant_policy(&tenant)).await?;
+        let record = in_place(move || store.tenant_policy(&tenant)).await?;
         Ok(record.map(|r| r.policy).unwrap_or_default())
     }
 
@@ -439,7 +439,7 @@ impl Service {
         };
         let store = self.store.clone();
         let id = parent.clone();
-        let record = match blocking(move || store.session(&id)).await {
+        let record = match in_place(move || store.session(&id)).await {
             Ok(r) => r,
             Err(ApiError::Store(StoreError::NotFound { .. })) => return Ok(None),
             Err(e) => return Err(e),
@@ -574,6 +574,27 @@ where
     joined(tokio::task::spawn_blocking(f)).await
 }
 
+/// Runs a short blocking store call (a record lookup, an audit append)
+/// without stalling the runtime's other tasks. On a multi-thread runtime it
+/// runs right here, in [`tokio::task::block_in_place`]: the worker first
+/// hands its other tasks to another thread, so this task needs no hop to
+/// the blocking pool and back (two thread wake-ups, which are much of a
+/// call this short). A current-thread runtime (tests, embedded clients)
+/// cannot hand its tasks away, so there the call goes to the blocking pool.
+/// Long work (scans, searches, queries) stays on [`blocking`], where a
+/// caller's timeout can still fire while it runs.
+async fn in_place<T, E>(f: impl FnOnce() -> Result<T, E> + Send + 'static) -> ApiResult<T>
+where
+    T: Send + 'static,
+    E: Into<ApiError> + Send + 'static,
+{
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    if Handle::current().runtime_flavor() == RuntimeFlavor::MultiThread {
+        return tokio::task::block_in_place(f).map_err(Into::into);
+    }
+    blocking(f).await
+}
+
 /// Waits for blocking work spawned elsewhere (e.g. on the sandbox's pool).
 async fn joined<T, E>(task: tokio::task::JoinHandle<Result<T, E>>) -> ApiResult<T>
 where
@@ -620,5 +641,72 @@ mod tests {
         assert_eq!(out.as_ptr(), clean.as_ptr(), "not copied");
         let (out, counts) = redact_bytes(&r, bytes::Bytes::from_static(b"mail a@b.io"));
         assert_eq!((&out[..], counts.total), (&b"mail [REDACTED:email]"[..], 1));
+    }
+
+    /// Blocks until `ticks` has moved past its value at the start, or fails
+    /// after 5 s: only another task, running meanwhile, can move it.
+    fn wait_for_a_tick(ticks: &std::sync::atomic::AtomicU64) -> Result<(), ApiError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let start = ticks.load(SeqCst);
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while ticks.load(SeqCst) == start {
+            if std::time::Instant::now() > until {
+                return Err(ApiError::Internal("no other task ran".into()));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        Ok(())
+    }
+
+    async fn ticking_while_in_place() -> (Result<(), ApiError>, std::thread::ThreadId) {
+        let ticks = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let ticker = {
+            let ticks = ticks.clone();
+            tokio::spawn(async move {
+                loop {
+                    ticks.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                }
+            })
+        };
+        tokio::task::yield_now().await;
+        let ran_on = Arc::new(Mutex::new(None));
+        let seen = ran_on.clone();
+        let waited = in_place(move || {
+            *seen.lock().unwrap() = Some(std::thread::current().id());
+            wait_for_a_tick(&ticks)
+        })
+        .await;
+        ticker.abort();
+        let id = ran_on.lock().unwrap().expect("the call ran");
+        (waited, id)
+    }
+
+    #[test]
+    fn an_in_place_call_runs_on_the_callers_thread_while_the_runtimes_other_tasks_go_on() {
+        // One worker: the ticker can only run if the call hands it away.
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let (waited, ran_on) = rt.block_on(async {
+            let caller = tokio::spawn(async {
+                let me = std::thread::current().id();
+                let (waited, ran_on) = ticking_while_in_place().await;
+                (waited, ran_on == me)
+            });
+            caller.await.unwrap()
+        });
+        waited.unwrap();
+        assert!(ran_on, "the call ran on the calling task's thread");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn an_in_place_call_on_a_current_thread_runtime_goes_to_the_blocking_pool() {
+        let me = std::thread::current().id();
+        let (waited, ran_on) = ticking_while_in_place().await;
+        waited.unwrap();
+        assert_ne!(ran_on, me, "a current-thread runtime cannot lend its thread");
     }
 }
