@@ -389,6 +389,31 @@ pub async fn upload<I: tonic::service::Interceptor>(
         .map(|r| r.into_inner())
 }
 
+/// An upload stream that has sent its header (`name` in `session`) and a
+/// first chunk of `first`, then stays open, sending nothing more, until
+/// the sender is dropped. Hand the stream to `PayloadsClient::upload`.
+pub async fn open_upload(
+    session: &str,
+    name: &str,
+    first: &'static [u8],
+) -> (
+    tokio::sync::mpsc::Sender<proto::UploadChunk>,
+    tokio_stream::wrappers::ReceiverStream<proto::UploadChunk>,
+) {
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(proto::UploadChunk {
+        chunk: Some(Chunk::Header(header(session, name))),
+    })
+    .await
+    .unwrap();
+    tx.send(proto::UploadChunk {
+        chunk: Some(Chunk::Data(bytes::Bytes::from_static(first))),
+    })
+    .await
+    .unwrap();
+    (tx, tokio_stream::wrappers::ReceiverStream::new(rx))
+}
+
 pub async fn download<I: tonic::service::Interceptor>(
     client: &mut PayloadsClient<InterceptedService<Channel, I>>,
     id: &str,
