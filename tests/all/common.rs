@@ -389,6 +389,20 @@ pub async fn upload<I: tonic::service::Interceptor>(
         .map(|r| r.into_inner())
 }
 
+/// A new session of `token`'s holding one payload, `name` with `data`.
+pub async fn session_with_payload(
+    server: &TestServer,
+    token: &str,
+    name: &str,
+    data: &[u8],
+) -> (proto::Session, proto::Payload) {
+    let s = create_session(server, token).await;
+    let p = upload(&mut server.payloads(token).await, header(&s.id, name), data)
+        .await
+        .unwrap();
+    (s, p)
+}
+
 /// An upload stream that has sent its header (`name` in `session`) and a
 /// first chunk of `first`, then stays open, sending nothing more, until
 /// the sender is dropped. Hand the stream to `PayloadsClient::upload`.

@@ -33,14 +33,7 @@ fn timeout(ms: u64) -> Option<proto::ExecLimits> {
 }
 
 async fn session(server: &TestServer, token: &str) -> String {
-    let s = create_session(server, token).await;
-    upload(
-        &mut server.payloads(token).await,
-        header(&s.id, "d.json"),
-        b"[1]",
-    )
-    .await
-    .unwrap();
+    let (s, _) = session_with_payload(server, token, "d.json", b"[1]").await;
     s.id
 }
 
