@@ -403,6 +403,36 @@ pub async fn session_with_payload(
     (s, p)
 }
 
+/// The bytes Alice's session `session` is charged, as GetSession reports.
+pub async fn usage_bytes(server: &TestServer, session: &str) -> u64 {
+    let s = server
+        .sessions(ALICE)
+        .await
+        .get_session(proto::GetSessionRequest {
+            session_id: session.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    s.usage.unwrap().bytes
+}
+
+/// The payloads of Alice's session `session`, as the first page of
+/// ListPayloads lists them.
+pub async fn payloads_of(server: &TestServer, session: &str) -> Vec<proto::Payload> {
+    server
+        .payloads(ALICE)
+        .await
+        .list_payloads(proto::ListPayloadsRequest {
+            session_id: session.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .payloads
+}
+
 /// An upload stream that has sent its header (`name` in `session`) and a
 /// first chunk of `first`, then stays open, sending nothing more, until
 /// the sender is dropped. Hand the stream to `PayloadsClient::upload`.

@@ -361,17 +361,7 @@ async fn fifty_concurrent_uploads_against_a_quota_that_fits_ten_store_exactly_te
         .collect();
     assert_eq!(over.len(), 40, "every refused upload is audited");
     assert!(over.iter().all(|e| e.detail.contains("max_session_bytes")));
-    let listed = server
-        .payloads(ALICE)
-        .await
-        .list_payloads(proto::ListPayloadsRequest {
-            session_id: s.id.clone(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(listed.payloads.len(), 10);
+    assert_eq!(payloads_of(&server, &s.id).await.len(), 10);
     assert_eq!(session_files(&server.data_dir(), &s.id).len(), 10);
 
     // The payload-count quota names itself too.

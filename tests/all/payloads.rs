@@ -213,14 +213,7 @@ async fn sha256_mismatch_is_invalid_argument_and_stores_nothing() {
         "{}",
         err.message()
     );
-    let listed = p
-        .list_payloads(proto::ListPayloadsRequest {
-            session_id: session.id.clone(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    assert!(listed.into_inner().payloads.is_empty());
+    assert!(payloads_of(&server, &session.id).await.is_empty());
     assert!(session_files(&server.data_dir(), &session.id).is_empty());
 }
 
