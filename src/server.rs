@@ -261,7 +261,7 @@ pub async fn run_with_clock(
         let (cfg, dir, ceiling) = (
             config.sandbox.clone(),
             config.data_dir.clone(),
-            config.policy.exec_ceiling.into(),
+            config.policy.exec_ceiling,
         );
         Arc::new(tokio::task::spawn_blocking(move || Sandbox::open(cfg, &dir, ceiling)).await??)
     };

@@ -44,7 +44,7 @@ pub fn policy(p: &Policy) -> proto::Policy {
         allow_download: Some(p.allow_download),
         allow_exec: Some(p.allow_exec),
         compliance_can_read: Some(p.compliance_can_read),
-        exec_ceiling: Some(exec_limits(&p.exec_ceiling.into())),
+        exec_ceiling: Some(exec_limits(&p.exec_ceiling)),
         redact: p.redact.clone(),
         locked: p.locked,
     }
@@ -64,7 +64,7 @@ pub fn policy_level(l: &PolicyOverrides) -> proto::Policy {
         allow_download: l.allow_download,
         allow_exec: l.allow_exec,
         compliance_can_read: l.compliance_can_read,
-        exec_ceiling: l.exec_ceiling.map(|c| exec_limits(&c.into())),
+        exec_ceiling: l.exec_ceiling.as_ref().map(exec_limits),
         redact: l.redact.clone(),
         locked: l.locked,
     }
@@ -89,12 +89,7 @@ pub fn policy_level_from(p: &proto::Policy) -> Result<PolicyOverrides, ApiError>
     let exec_ceiling = p
         .exec_ceiling
         .as_ref()
-        .map(|l| ExecCeiling {
-            timeout_ms: l.timeout_ms,
-            memory_bytes: l.memory_bytes,
-            max_stdout_bytes: l.max_stdout_bytes,
-            fuel: l.fuel,
-        })
+        .map(limits_of)
         .filter(|l| *l != ExecCeiling::ZERO);
     Ok(PolicyOverrides {
         retention_ms: ms("policy.retention", &p.retention)?,
@@ -113,7 +108,7 @@ pub fn policy_level_from(p: &proto::Policy) -> Result<PolicyOverrides, ApiError>
 }
 
 /// Exec limits as a message.
-pub fn exec_limits(l: &crate::sandbox::limits::ExecLimits) -> proto::ExecLimits {
+pub fn exec_limits(l: &ExecLimits) -> proto::ExecLimits {
     proto::ExecLimits {
         timeout_ms: l.timeout_ms,
         memory_bytes: l.memory_bytes,
@@ -327,20 +322,18 @@ pub fn notice_dialect(d: i32) -> crate::offload::notice::Dialect {
 
 /// Exec limits from a message; absent: every field the default.
 pub fn exec_limits_from(l: Option<proto::ExecLimits>) -> ExecLimits {
-    l.map_or(
-        ExecLimits {
-            timeout_ms: 0,
-            memory_bytes: 0,
-            max_stdout_bytes: 0,
-            fuel: 0,
-        },
-        |l| ExecLimits {
-            timeout_ms: l.timeout_ms,
-            memory_bytes: l.memory_bytes,
-            max_stdout_bytes: l.max_stdout_bytes,
-            fuel: l.fuel,
-        },
-    )
+    l.as_ref().map_or(ExecLimits::ZERO, limits_of)
+}
+
+/// The limits a message names, field for field (a policy's ceiling or an
+/// exec's request).
+fn limits_of(l: &proto::ExecLimits) -> ExecLimits {
+    ExecLimits {
+        timeout_ms: l.timeout_ms,
+        memory_bytes: l.memory_bytes,
+        max_stdout_bytes: l.max_stdout_bytes,
+        fuel: l.fuel,
+    }
 }
 
 /// An exec's outcome as a message.

@@ -76,27 +76,25 @@ pub fn scan(content: &[u8], limit: usize) -> Option<JsonShape> {
     let mut expect_key = top == Top::Object;
     let mut i = start;
     while i < bytes.len() {
-        let b = bytes[i];
         if in_string {
-            if escaped {
-                escaped = false;
-            } else if b == b'\\' {
-                escaped = true;
-            } else if b == b'"' {
-                in_string = false;
-                if top == Top::Object && stack.len() == 1 && expect_key {
-                    shape.count += 1;
-                    if shape.keys.len() < MAX_KEYS
-                        && let Ok(k) = serde_json::from_slice::<String>(&bytes[string_start..=i])
-                    {
-                        shape.keys.push(cut_key(&k));
-                    }
-                    expect_key = false;
+            let Some(close) = string_end(&bytes[i..], &mut escaped) else {
+                break;
+            };
+            i += close;
+            in_string = false;
+            if top == Top::Object && stack.len() == 1 && expect_key {
+                shape.count += 1;
+                if shape.keys.len() < MAX_KEYS
+                    && let Ok(k) = serde_json::from_slice::<String>(&bytes[string_start..=i])
+                {
+                    shape.keys.push(cut_key(&k));
                 }
+                expect_key = false;
             }
             i += 1;
             continue;
         }
+        let b = bytes[i];
         match b {
             b'"' => {
                 in_string = true;
@@ -160,6 +158,30 @@ pub fn scan(content: &[u8], limit: usize) -> Option<JsonShape> {
     Some(shape)
 }
 
+/// The index of the quote that closes a JSON string, given the bytes after
+/// what was already read of it (`escape`: the last byte read was a
+/// backslash, and is set again when `s` ends in one). `None` when the
+/// string goes on past `s`.
+pub fn string_end(s: &[u8], escape: &mut bool) -> Option<usize> {
+    let mut i = 0;
+    loop {
+        if *escape {
+            if i >= s.len() {
+                return None;
+            }
+            *escape = false;
+            i += 1;
+            continue;
+        }
+        let j = i + memchr::memchr2(b'"', b'\\', &s[i..])?;
+        if s[j] == b'"' {
+            return Some(j);
+        }
+        *escape = true;
+        i = j + 1;
+    }
+}
+
 /// Collects the keys of a finished top-level record, for the first few.
 fn sample(
     shape: &mut JsonShape,
@@ -221,6 +243,17 @@ mod tests {
         .unwrap();
         assert_eq!(s.keys, vec!["a", "b\"q", "c"]);
         assert_eq!((s.count, s.exact), (3, true));
+    }
+
+    #[test]
+    fn a_string_end_is_found_across_pieces() {
+        let mut escape = false;
+        assert_eq!(string_end(br#"a\"b\"#, &mut escape), None);
+        assert!(escape);
+        assert_eq!(string_end(br#""c" x"#, &mut escape), Some(2));
+        assert!(!escape);
+        assert_eq!(string_end(b"abc", &mut escape), None);
+        assert!(!escape);
     }
 
     #[test]

@@ -141,12 +141,9 @@ pub fn search_file(
     // and resetting their linear memories hold it too, so under a memory
     // bomb next door the maps queued behind them (hostile scenario: Search
     // p99 2.0-5.1x its quiet windows mapped, 0.82-0.85x read).
-    let mut searcher = builder(c).build();
     let mut sink = Collector::new(&c.matcher, hits, budget, *bytes_left, Some(deadline));
     sink.document = DocumentPath::of(file, deadline)?;
-    searcher.search_reader(&c.matcher, ReadAt { file, at: 0 }, &mut sink)?;
-    *bytes_left = sink.bytes_left;
-    Ok((sink.stop(), sink.seen))
+    search(c, ReadAt { file, at: 0 }, sink, bytes_left)
 }
 
 /// Searches `reader`, appending hits until `budget` hits have been taken.
@@ -159,18 +156,34 @@ pub fn search_reader<R: Read>(
     deadline: Instant,
     hits: &mut Vec<Hit>,
 ) -> Result<(Stop, u64), SearchError> {
-    let mut searcher = builder(c).build();
     // The reader itself enforces the deadline.
-    let mut sink = Collector::new(&c.matcher, hits, budget, *bytes_left, None);
+    let sink = Collector::new(&c.matcher, hits, budget, *bytes_left, None);
     let reader = DeadlineReader {
         inner: reader,
         deadline,
     };
-    let outcome = searcher.search_reader(&c.matcher, reader, &mut sink);
+    search(c, reader, sink, bytes_left)
+}
+
+/// Runs the search of `reader` into `sink`, hands back the reply bytes it
+/// left and says how the search ended. Where the sink has no deadline the
+/// reader enforces it ([`DeadlineReader`]): its time-out is a stop, not an
+/// error.
+fn search<R: Read>(
+    c: &Compiled,
+    reader: R,
+    mut sink: Collector<'_>,
+    bytes_left: &mut usize,
+) -> Result<(Stop, u64), SearchError> {
+    let outcome = builder(c)
+        .build()
+        .search_reader(&c.matcher, reader, &mut sink);
     *bytes_left = sink.bytes_left;
     match outcome {
         Ok(()) => Ok((sink.stop(), sink.seen)),
-        Err(e) if e.kind() == io::ErrorKind::TimedOut => Ok((Stop::Deadline, sink.seen)),
+        Err(e) if sink.deadline.is_none() && e.kind() == io::ErrorKind::TimedOut => {
+            Ok((Stop::Deadline, sink.seen))
+        }
         Err(e) => Err(e.into()),
     }
 }

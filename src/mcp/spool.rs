@@ -27,6 +27,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use crate::inspect::jsonscan::string_end;
+
 /// Values longer than this (raw JSON bytes) go to a file.
 pub const SPILL_ABOVE: usize = 1 << 20;
 /// How long a file waits to be taken.
@@ -455,18 +457,17 @@ impl Spiller {
                 } => {
                     let rest = &seg[i..];
                     let mut end = None;
-                    for (j, &b) in rest.iter().enumerate() {
+                    let mut j = 0;
+                    while j < rest.len() {
                         if in_str {
-                            if escape {
-                                escape = false;
-                            } else if b == b'\\' {
-                                escape = true;
-                            } else if b == b'"' {
-                                in_str = false;
-                            }
+                            let Some(close) = string_end(&rest[j..], &mut escape) else {
+                                break;
+                            };
+                            in_str = false;
+                            j += close + 1;
                             continue;
                         }
-                        match b {
+                        match rest[j] {
                             b'"' => in_str = true,
                             b'{' | b'[' => depth += 1,
                             b'}' | b']' => {
@@ -478,6 +479,7 @@ impl Spiller {
                             }
                             _ => {}
                         }
+                        j += 1;
                     }
                     let end = end.map(|j| (j + 1, j + 1));
                     let more = State::Raw {
@@ -598,28 +600,6 @@ impl Spiller {
 /// Whether `f` is an object whose current member's key is one of `keys`.
 fn key_is(f: &Frame, keys: &[Key]) -> bool {
     matches!(f, Frame::Object { key, .. } if keys.contains(key))
-}
-
-/// The index of the quote that closes a string, given the bytes after what
-/// was already read of it (`escape`: the last byte read was a backslash).
-fn string_end(s: &[u8], escape: &mut bool) -> Option<usize> {
-    let mut i = 0;
-    loop {
-        if *escape {
-            if i >= s.len() {
-                return None;
-            }
-            *escape = false;
-            i += 1;
-            continue;
-        }
-        let j = i + memchr::memchr2(b'"', b'\\', &s[i..])?;
-        if s[j] == b'"' {
-            return Some(j);
-        }
-        *escape = true;
-        i = j + 1;
-    }
 }
 
 /// A streaming decoder of JSON string escapes into the bytes they stand for.

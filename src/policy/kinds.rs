@@ -103,6 +103,19 @@ pub trait Kind {
     ) -> Result<(), PolicyError>;
 }
 
+/// How two levels of an optional field combine: where both set it, the
+/// `stricter` of the two; where one does, that one (absent defers).
+fn stricter_of_either<T: Copy>(
+    a: &Option<T>,
+    b: &Option<T>,
+    stricter: impl FnOnce(T, T) -> T,
+) -> Option<T> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(stricter(*a, *b)),
+        (a, b) => a.or(*b),
+    }
+}
+
 /// A maximum age: the shorter wins. Stored in milliseconds.
 #[derive(Debug)]
 pub enum Age {}
@@ -117,10 +130,7 @@ impl Kind for Age {
     }
 
     fn combine(a: &Option<u64>, b: &Option<u64>) -> Option<u64> {
-        match (a, b) {
-            (Some(a), Some(b)) => Some(*a.min(b)),
-            (a, b) => a.or(*b),
-        }
+        stricter_of_either(a, b, u64::min)
     }
 
     fn validate(field: &'static str, level: &Option<u64>) -> Result<(), PolicyError> {
@@ -241,10 +251,7 @@ impl<const STRICT: bool> Kind for Flag<STRICT> {
     }
 
     fn combine(a: &Option<bool>, b: &Option<bool>) -> Option<bool> {
-        match (a, b) {
-            (Some(a), Some(b)) => Some(Self::strictest(*a, *b)),
-            (a, b) => a.or(*b),
-        }
+        stricter_of_either(a, b, Self::strictest)
     }
 
     fn current_of_value(value: &bool) -> Option<bool> {
@@ -289,10 +296,7 @@ impl Kind for Ceiling {
     }
 
     fn combine(a: &Option<ExecCeiling>, b: &Option<ExecCeiling>) -> Option<ExecCeiling> {
-        match (a, b) {
-            (Some(a), Some(b)) => Some(a.stricter(*b)),
-            (a, b) => a.or(*b),
-        }
+        stricter_of_either(a, b, ExecCeiling::stricter)
     }
 
     fn current_of_value(value: &ExecCeiling) -> Option<ExecCeiling> {

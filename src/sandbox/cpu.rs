@@ -443,17 +443,30 @@ mod tests {
         }
     }
 
+    /// Eight guests of the tenant "noisy", spread over `sessions` sessions,
+    /// each spinning `ticks` ticks; returned once they have had 20 ms to
+    /// fill the queue.
+    async fn noisy_neighbours(
+        share: &CpuShare,
+        sessions: usize,
+        ticks: usize,
+        ran: &Arc<Mutex<HashMap<String, usize>>>,
+    ) -> Vec<tokio::task::JoinHandle<()>> {
+        let tasks = (0..8)
+            .map(|i| {
+                let seat = share.seat("noisy", &format!("s{}", i % sessions));
+                tokio::spawn(spin(seat, ticks, ran.clone()))
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        tasks
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_tenant_with_one_guest_gets_as_many_ticks_as_a_tenant_with_eight() {
         let share = CpuShare::new(1, Duration::from_secs(10));
         let ran = Arc::new(Mutex::new(HashMap::new()));
-        let mut tasks = Vec::new();
-        for i in 0..8 {
-            let seat = share.seat("noisy", &format!("s{}", i % 2));
-            tasks.push(tokio::spawn(spin(seat, 1_000, ran.clone())));
-        }
-        // Let the noisy tenant fill the queue first.
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        let tasks = noisy_neighbours(&share, 2, 1_000, &ran).await;
         let quiet = tokio::spawn(spin(share.seat("quiet", "q"), 200, ran.clone()));
         let noisy_before = ran.lock().unwrap().get("noisy").copied().unwrap_or(0);
         quiet.await.unwrap();
@@ -473,12 +486,7 @@ mod tests {
     async fn with_two_turns_a_lone_guest_keeps_one_while_eight_neighbours_share_the_other() {
         let share = CpuShare::new(2, Duration::from_secs(10));
         let ran = Arc::new(Mutex::new(HashMap::new()));
-        let mut tasks = Vec::new();
-        for i in 0..8 {
-            let seat = share.seat("noisy", &format!("s{i}"));
-            tasks.push(tokio::spawn(spin(seat, 100_000, ran.clone())));
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        let tasks = noisy_neighbours(&share, 8, 100_000, &ran).await;
         let seat = share.seat("quiet", "q");
         let started = Instant::now();
         spin(seat.clone(), 100, ran.clone()).await;

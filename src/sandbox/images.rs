@@ -63,6 +63,33 @@ pub enum Artifact {
     Component(Component),
 }
 
+impl Artifact {
+    /// Compiles (and validates) `binary` as a `kind`.
+    pub fn compile(engine: &Engine, kind: Kind, binary: &[u8]) -> wasmtime::Result<Artifact> {
+        match kind {
+            Kind::Module => Module::new(engine, binary).map(Artifact::Module),
+            Kind::Component => Component::new(engine, binary).map(Artifact::Component),
+        }
+    }
+
+    /// The compiled code as bytes, for the compile cache.
+    fn serialize(&self) -> wasmtime::Result<Vec<u8>> {
+        match self {
+            Artifact::Module(m) => m.serialize(),
+            Artifact::Component(c) => c.serialize(),
+        }
+    }
+
+    /// Bytes of its compiled image in memory.
+    pub fn image_len(&self) -> usize {
+        let r = match self {
+            Artifact::Module(m) => m.image_range(),
+            Artifact::Component(c) => c.image_range(),
+        };
+        (r.end as usize).saturating_sub(r.start as usize)
+    }
+}
+
 /// Reads `<dir>/<name>.json` and checks the artifact it names.
 pub fn load_manifest(dir: &Path, name: &str) -> Result<(Manifest, PathBuf), SandboxError> {
     let path = dir.join(format!("{name}.json"));
@@ -127,24 +154,11 @@ pub fn compile_cached(
     let started = std::time::Instant::now();
     let bytes =
         std::fs::read(artifact).map_err(|e| fail(format!("cannot read the artifact: {e}")))?;
-    let (compiled, serialized) = match manifest.kind {
-        Kind::Module => {
-            let m = Module::new(engine.engine(), &bytes)
-                .map_err(|e| fail(format!("does not compile: {e}")))?;
-            let s = m
-                .serialize()
-                .map_err(|e| fail(format!("cannot serialize: {e}")))?;
-            (Artifact::Module(m), s)
-        }
-        Kind::Component => {
-            let c = Component::new(engine.engine(), &bytes)
-                .map_err(|e| fail(format!("does not compile: {e}")))?;
-            let s = c
-                .serialize()
-                .map_err(|e| fail(format!("cannot serialize: {e}")))?;
-            (Artifact::Component(c), s)
-        }
-    };
+    let compiled = Artifact::compile(engine.engine(), manifest.kind, &bytes)
+        .map_err(|e| fail(format!("does not compile: {e}")))?;
+    let serialized = compiled
+        .serialize()
+        .map_err(|e| fail(format!("cannot serialize: {e}")))?;
     tracing::info!(
         image = %manifest.name,
         compile_ms = started.elapsed().as_millis() as u64,

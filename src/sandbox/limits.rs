@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// A set of limits; in requests, zero means "the default".
+/// A set of limits; in requests, zero means "the default", in a ceiling
+/// (a policy level stores one as this type), "no ceiling of its own".
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ExecLimits {
@@ -131,12 +132,7 @@ pub fn resolve(requested: ExecLimits, defaults: ExecLimits, ceiling: ExecLimits)
 mod tests {
     use super::*;
 
-    const ZERO: ExecLimits = ExecLimits {
-        timeout_ms: 0,
-        memory_bytes: 0,
-        max_stdout_bytes: 0,
-        fuel: 0,
-    };
+    const ZERO: ExecLimits = ExecLimits::ZERO;
 
     #[test]
     fn zero_fields_take_the_defaults_without_a_clamp_note() {

@@ -1079,19 +1079,14 @@ impl Sandbox {
 /// Compiles and links a checked module; returns it with its cost in the
 /// cache (its compiled image plus its binary).
 fn compile(set: &EngineSet, shape: &Shape) -> Result<(Prepared, u64), String> {
-    let engine = set.engine.engine();
-    let (artifact, image) = if shape.component {
-        let c = wasmtime::component::Component::new(engine, &shape.binary)
-            .map_err(|e| format!("{e:#}"))?;
-        let r = c.image_range();
-        let len = (r.end as usize).saturating_sub(r.start as usize);
-        (Artifact::Component(c), len)
+    let kind = if shape.component {
+        images::Kind::Component
     } else {
-        let m = wasmtime::Module::new(engine, &shape.binary).map_err(|e| format!("{e:#}"))?;
-        let r = m.image_range();
-        let len = (r.end as usize).saturating_sub(r.start as usize);
-        (Artifact::Module(m), len)
+        images::Kind::Module
     };
+    let artifact = Artifact::compile(set.engine.engine(), kind, &shape.binary)
+        .map_err(|e| format!("{e:#}"))?;
+    let image = artifact.image_len();
     let prepared = set
         .linkers
         .prepare(&artifact)

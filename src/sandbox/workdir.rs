@@ -669,6 +669,16 @@ mod tests {
         }
     }
 
+    /// A session directory under `tmp` holding `a.txt` ("a"): its path and
+    /// the directory opened as inputs are read from it.
+    fn session_dir(tmp: &Path) -> (PathBuf, Arc<Dir>) {
+        let session = tmp.join("session");
+        std::fs::create_dir(&session).unwrap();
+        std::fs::write(session.join("a.txt"), b"a").unwrap();
+        let dir = Arc::new(Dir::open_ambient_dir(&session, ambient_authority()).unwrap());
+        (session, dir)
+    }
+
     /// A tree `depth` deep whose every level has a leaf directory holding
     /// one 4 KiB file beside the way down: the walk must close handles past
     /// [`MAX_OPEN_DIRS`] and reopen them for the leaves.
@@ -726,10 +736,7 @@ mod tests {
     #[test]
     fn an_input_deleted_before_linking_is_input_gone_and_leaves_nothing() {
         let tmp = tempfile::tempdir().unwrap();
-        let session = tmp.path().join("session");
-        std::fs::create_dir(&session).unwrap();
-        std::fs::write(session.join("a.txt"), b"a").unwrap();
-        let dir = Arc::new(Dir::open_ambient_dir(&session, ambient_authority()).unwrap());
+        let (_, dir) = session_dir(tmp.path());
         let root = WorkRoot::open(&tmp.path().join("data"), 0).unwrap();
 
         let work = root
@@ -759,10 +766,7 @@ mod tests {
     #[test]
     fn a_reused_directory_holds_nothing_of_the_last_exec_and_only_its_tenant_gets_it() {
         let tmp = tempfile::tempdir().unwrap();
-        let session = tmp.path().join("session");
-        std::fs::create_dir(&session).unwrap();
-        std::fs::write(session.join("a.txt"), b"a").unwrap();
-        let dir = Arc::new(Dir::open_ambient_dir(&session, ambient_authority()).unwrap());
+        let (session, dir) = session_dir(tmp.path());
         let root = WorkRoot::open(&tmp.path().join("data"), 1).unwrap();
         let exec = tmp.path().join("data").join("exec");
 

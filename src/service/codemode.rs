@@ -163,7 +163,7 @@ impl Service {
             let sid = session.id.as_str();
             self.refusal(p, Rpc::Exec, resolved, sid, "").await?
         };
-        let ceiling = ExecLimits::from(policy.exec_ceiling);
+        let ceiling = policy.exec_ceiling;
         // A large answer is offloaded like any large tool result, so a
         // request that names no stdout limit may print up to the ceiling;
         // only output past it is a flood.

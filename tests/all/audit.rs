@@ -147,6 +147,20 @@ async fn open_engine(data_dir: &Path) -> Box<dyn Engine> {
 
 /// Flips one byte of acme's stored event `seq`: the first `alice` in its
 /// JSON becomes `alicf`.
+/// A server whose log holds five events (seq 1 to 5): Alice's new session
+/// and her four uploads.
+async fn server_with_five_events() -> TestServer {
+    let server = TestServer::start().await;
+    let s = create_session(&server, ALICE).await;
+    let mut payloads = server.payloads(ALICE).await;
+    for i in 0..4 {
+        upload(&mut payloads, header(&s.id, &format!("{i}.txt")), b"x\n")
+            .await
+            .unwrap();
+    }
+    server
+}
+
 async fn flip_a_byte(data_dir: &Path, seq: u64) {
     let engine = open_engine(data_dir).await;
     let key = event_key("acme", seq);
@@ -484,14 +498,7 @@ async fn history_compaction_and_recall_are_audited_with_the_archive() {
 #[tokio::test]
 async fn agents_may_not_read_the_log_and_every_refusal_is_audited() {
     let server = TestServer::start().await;
-    let s = create_session(&server, ALICE).await;
-    let p = upload(
-        &mut server.payloads(ALICE).await,
-        header(&s.id, "a.txt"),
-        b"x\n",
-    )
-    .await
-    .unwrap();
+    let (s, p) = session_with_payload(&server, ALICE, "a.txt", b"x\n").await;
 
     let mut agent = audit(&server, ALICE).await;
     let denied = [
@@ -572,14 +579,7 @@ async fn agents_may_not_read_the_log_and_every_refusal_is_audited() {
 #[tokio::test]
 async fn another_tenant_sees_none_of_acmes_events_and_its_probes_name_nothing_of_acme() {
     let server = TestServer::start().await;
-    let s = create_session(&server, ALICE).await;
-    let p = upload(
-        &mut server.payloads(ALICE).await,
-        header(&s.id, "a.txt"),
-        b"x\n",
-    )
-    .await
-    .unwrap();
+    let (s, p) = session_with_payload(&server, ALICE, "a.txt", b"x\n").await;
     let mut mallory = server.payloads(MALLORY).await;
     for id in [
         p.id.clone(),
@@ -776,14 +776,7 @@ async fn queries_filter_by_session_payload_principal_action_and_time_and_page_by
 
 #[tokio::test]
 async fn verify_names_an_event_altered_in_the_store_and_so_does_the_python_verifier() {
-    let server = TestServer::start().await;
-    let s = create_session(&server, ALICE).await;
-    let mut payloads = server.payloads(ALICE).await;
-    for i in 0..4 {
-        upload(&mut payloads, header(&s.id, &format!("{i}.txt")), b"x\n")
-            .await
-            .unwrap();
-    }
+    let server = server_with_five_events().await;
     assert!(verify(&server, AUDREY).await.ok);
     let (dir, config) = server.stop().await;
     flip_a_byte(&config.data_dir, 3).await;
@@ -805,14 +798,7 @@ async fn verify_names_an_event_altered_in_the_store_and_so_does_the_python_verif
 
 #[tokio::test]
 async fn verify_names_a_cut_off_tail_and_a_deleted_event() {
-    let server = TestServer::start().await;
-    let s = create_session(&server, ALICE).await;
-    let mut payloads = server.payloads(ALICE).await;
-    for i in 0..4 {
-        upload(&mut payloads, header(&s.id, &format!("{i}.txt")), b"x\n")
-            .await
-            .unwrap();
-    }
+    let server = server_with_five_events().await;
     let (dir, config) = server.stop().await;
     // The last event (5): the chain left over is valid, but ends short of
     // the stored head.
@@ -1029,14 +1015,7 @@ async fn swap_events(data_dir: &Path, a: u64, b: u64) {
 #[tokio::test]
 async fn reordered_events_in_the_store_or_an_export_and_edited_or_deleted_export_lines_are_caught()
 {
-    let server = TestServer::start().await;
-    let s = create_session(&server, ALICE).await;
-    let mut payloads = server.payloads(ALICE).await;
-    for i in 0..4 {
-        upload(&mut payloads, header(&s.id, &format!("{i}.txt")), b"x\n")
-            .await
-            .unwrap();
-    }
+    let server = server_with_five_events().await;
     // An export (it ends with its own audit.query event) and three
     // tampered copies of it, each caught by the independent verifier at
     // the first changed seq.

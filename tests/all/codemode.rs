@@ -42,10 +42,7 @@ fn status(r: &proto::ExecResult) -> ExecStatus {
 }
 
 async fn session_with(server: &TestServer, name: &str, data: &[u8]) -> (String, proto::Payload) {
-    let s = create_session(server, ALICE).await;
-    let p = upload(&mut server.payloads(ALICE).await, header(&s.id, name), data)
-        .await
-        .unwrap();
+    let (s, p) = session_with_payload(server, ALICE, name, data).await;
     (s.id, p)
 }
 

@@ -389,6 +389,75 @@ pub async fn upload<I: tonic::service::Interceptor>(
         .map(|r| r.into_inner())
 }
 
+/// A new session of `token`'s holding one payload, `name` with `data`.
+pub async fn session_with_payload(
+    server: &TestServer,
+    token: &str,
+    name: &str,
+    data: &[u8],
+) -> (proto::Session, proto::Payload) {
+    let s = create_session(server, token).await;
+    let p = upload(&mut server.payloads(token).await, header(&s.id, name), data)
+        .await
+        .unwrap();
+    (s, p)
+}
+
+/// The bytes Alice's session `session` is charged, as GetSession reports.
+pub async fn usage_bytes(server: &TestServer, session: &str) -> u64 {
+    let s = server
+        .sessions(ALICE)
+        .await
+        .get_session(proto::GetSessionRequest {
+            session_id: session.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    s.usage.unwrap().bytes
+}
+
+/// The payloads of Alice's session `session`, as the first page of
+/// ListPayloads lists them.
+pub async fn payloads_of(server: &TestServer, session: &str) -> Vec<proto::Payload> {
+    server
+        .payloads(ALICE)
+        .await
+        .list_payloads(proto::ListPayloadsRequest {
+            session_id: session.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .payloads
+}
+
+/// An upload stream that has sent its header (`name` in `session`) and a
+/// first chunk of `first`, then stays open, sending nothing more, until
+/// the sender is dropped. Hand the stream to `PayloadsClient::upload`.
+pub async fn open_upload(
+    session: &str,
+    name: &str,
+    first: &'static [u8],
+) -> (
+    tokio::sync::mpsc::Sender<proto::UploadChunk>,
+    tokio_stream::wrappers::ReceiverStream<proto::UploadChunk>,
+) {
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(proto::UploadChunk {
+        chunk: Some(Chunk::Header(header(session, name))),
+    })
+    .await
+    .unwrap();
+    tx.send(proto::UploadChunk {
+        chunk: Some(Chunk::Data(bytes::Bytes::from_static(first))),
+    })
+    .await
+    .unwrap();
+    (tx, tokio_stream::wrappers::ReceiverStream::new(rx))
+}
+
 pub async fn download<I: tonic::service::Interceptor>(
     client: &mut PayloadsClient<InterceptedService<Channel, I>>,
     id: &str,

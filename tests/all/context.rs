@@ -186,18 +186,7 @@ async fn a_12_turn_history_compacts_losslessly_idempotently_and_dies_with_its_se
     }
 
     // A second compaction stores nothing new and changes nothing.
-    let mut payloads = server.payloads(ALICE).await;
-    let count = |p: proto::ListPayloadsResponse| p.payloads.len();
-    let before = count(
-        payloads
-            .list_payloads(proto::ListPayloadsRequest {
-                session_id: session.id.clone(),
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner(),
-    );
+    let before = payloads_of(&server, &session.id).await.len();
     let again = client
         .compact_history(request(out.clone()))
         .await
@@ -210,16 +199,7 @@ async fn a_12_turn_history_compacts_losslessly_idempotently_and_dies_with_its_se
         "a repeat compaction still reports every archived original it refers to"
     );
     assert_eq!(again.messages, out);
-    let after = count(
-        payloads
-            .list_payloads(proto::ListPayloadsRequest {
-                session_id: session.id.clone(),
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner(),
-    );
+    let after = payloads_of(&server, &session.id).await.len();
     assert_eq!(before, after);
 
     // Unknown keys and bad keys.

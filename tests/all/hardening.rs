@@ -33,14 +33,7 @@ fn timeout(ms: u64) -> Option<proto::ExecLimits> {
 }
 
 async fn session(server: &TestServer, token: &str) -> String {
-    let s = create_session(server, token).await;
-    upload(
-        &mut server.payloads(token).await,
-        header(&s.id, "d.json"),
-        b"[1]",
-    )
-    .await
-    .unwrap();
+    let (s, _) = session_with_payload(server, token, "d.json", b"[1]").await;
     s.id
 }
 
@@ -536,24 +529,9 @@ async fn held_upload(
     tokio::sync::mpsc::Sender<proto::UploadChunk>,
     tokio::task::JoinHandle<Result<tonic::Response<proto::Payload>, tonic::Status>>,
 ) {
-    use proto::upload_chunk::Chunk;
     let mut client = server.payloads(token).await;
-    let (tx, rx) = tokio::sync::mpsc::channel(4);
-    tx.send(proto::UploadChunk {
-        chunk: Some(Chunk::Header(header(session, "held.txt"))),
-    })
-    .await
-    .unwrap();
-    tx.send(proto::UploadChunk {
-        chunk: Some(Chunk::Data(bytes::Bytes::from_static(b"x"))),
-    })
-    .await
-    .unwrap();
-    let task = tokio::spawn(async move {
-        client
-            .upload(tokio_stream::wrappers::ReceiverStream::new(rx))
-            .await
-    });
+    let (tx, stream) = open_upload(session, "held.txt", b"x").await;
+    let task = tokio::spawn(async move { client.upload(stream).await });
     (tx, task)
 }
 

@@ -28,6 +28,14 @@ fn hours(n: i64) -> Option<pbjson_types::Duration> {
     })
 }
 
+/// A policy level that names only a retention of `n` hours.
+fn retention_hours(n: i64) -> proto::Policy {
+    proto::Policy {
+        retention: hours(n),
+        ..Default::default()
+    }
+}
+
 fn clock_now() -> ManualClock {
     ManualClock::new(SystemClock.now_ms())
 }
@@ -192,15 +200,7 @@ async fn expired_payloads_and_sessions_are_reaped_with_receipts_and_audit_events
 async fn a_legal_hold_defers_every_deletion_and_its_release_deletes_the_overdue_data_promptly() {
     let clock = clock_now();
     let server = clocked(&clock).await;
-    let s = session_with(
-        &server,
-        ALICE,
-        proto::Policy {
-            retention: hours(1),
-            ..Default::default()
-        },
-    )
-    .await;
+    let s = session_with(&server, ALICE, retention_hours(1)).await;
     let p = put(&server, &s.id, "held.txt", b"evidence\n").await;
     hold(&server, &s.id, true).await;
     clock.advance(2 * HOUR);
@@ -243,15 +243,7 @@ async fn a_legal_hold_defers_every_deletion_and_its_release_deletes_the_overdue_
 async fn work_due_while_the_server_was_down_is_done_at_startup() {
     let clock = clock_now();
     let server = clocked(&clock).await;
-    let s = session_with(
-        &server,
-        ALICE,
-        proto::Policy {
-            retention: hours(1),
-            ..Default::default()
-        },
-    )
-    .await;
+    let s = session_with(&server, ALICE, retention_hours(1)).await;
     let p = put(&server, &s.id, "old.txt", b"old\n").await;
     let keep = session_with(&server, ALICE, proto::Policy::default()).await;
     let k = put(&server, &keep.id, "new.txt", b"new\n").await;
@@ -369,17 +361,7 @@ async fn fifty_concurrent_uploads_against_a_quota_that_fits_ten_store_exactly_te
         .collect();
     assert_eq!(over.len(), 40, "every refused upload is audited");
     assert!(over.iter().all(|e| e.detail.contains("max_session_bytes")));
-    let listed = server
-        .payloads(ALICE)
-        .await
-        .list_payloads(proto::ListPayloadsRequest {
-            session_id: s.id.clone(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(listed.payloads.len(), 10);
+    assert_eq!(payloads_of(&server, &s.id).await.len(), 10);
     assert_eq!(session_files(&server.data_dir(), &s.id).len(), 10);
 
     // The payload-count quota names itself too.
@@ -760,10 +742,7 @@ async fn a_shorter_tenant_retention_applies_to_payloads_already_stored() {
     PoliciesClient::with_interceptor(server.channel().await, Bearer(Some("tok-admin".into())))
         .set_policy(proto::SetPolicyRequest {
             tenant: "acme".into(),
-            policy: Some(proto::Policy {
-                retention: hours(1),
-                ..Default::default()
-            }),
+            policy: Some(retention_hours(1)),
         })
         .await
         .unwrap();

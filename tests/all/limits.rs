@@ -26,19 +26,6 @@ async fn session_with_quota(server: &TestServer, max_session_bytes: u64) -> prot
         .into_inner()
 }
 
-async fn usage_bytes(server: &TestServer, session: &str) -> u64 {
-    let s = server
-        .sessions(ALICE)
-        .await
-        .get_session(proto::GetSessionRequest {
-            session_id: session.into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    s.usage.unwrap().bytes
-}
-
 #[tokio::test]
 async fn identical_bytes_count_once_against_the_session_quota_for_upload_and_offload() {
     let server = TestServer::start().await;

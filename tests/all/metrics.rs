@@ -53,15 +53,8 @@ async fn the_metrics_endpoint_counts_rpcs_execs_and_stored_bytes_without_ids() {
     let stored = "spillway_stored_bytes_total{tenant=\"acme\"}";
     let before = scrape(port).await;
 
-    let session = create_session(&server, ALICE).await;
     let data = b"{\"a\":1}\n".repeat(1000);
-    upload(
-        &mut server.payloads(ALICE).await,
-        header(&session.id, "a.ndjson"),
-        &data,
-    )
-    .await
-    .unwrap();
+    let (session, _) = session_with_payload(&server, ALICE, "a.ndjson", &data).await;
     let e = server
         .payloads(ALICE)
         .await

@@ -205,22 +205,7 @@ async fn identical_bytes_are_stored_once_and_deletion_stays_correct() {
         std::fs::metadata(dir.join(&b.name)).unwrap(),
     );
     assert_eq!(ma.ino(), mb.ino(), "the bytes are stored once");
-    let usage = |s: proto::Session| s.usage.unwrap();
-    let mut sessions = server.sessions(ALICE).await;
-    let get = proto::GetSessionRequest {
-        session_id: session.id.clone(),
-    };
-    assert_eq!(
-        usage(
-            sessions
-                .get_session(get.clone())
-                .await
-                .unwrap()
-                .into_inner()
-        )
-        .bytes,
-        giant.len() as u64
-    );
+    assert_eq!(usage_bytes(&server, &session.id).await, giant.len() as u64);
 
     let mut client = server.payloads(ALICE).await;
     client
@@ -235,17 +220,7 @@ async fn identical_bytes_are_stored_once_and_deletion_stays_correct() {
         giant,
         "the other handle still reads"
     );
-    assert_eq!(
-        usage(
-            sessions
-                .get_session(get.clone())
-                .await
-                .unwrap()
-                .into_inner()
-        )
-        .bytes,
-        giant.len() as u64
-    );
+    assert_eq!(usage_bytes(&server, &session.id).await, giant.len() as u64);
     client
         .delete_payload(proto::DeletePayloadRequest {
             payload_id: b.id.clone(),
@@ -253,10 +228,7 @@ async fn identical_bytes_are_stored_once_and_deletion_stays_correct() {
         })
         .await
         .unwrap();
-    assert_eq!(
-        usage(sessions.get_session(get).await.unwrap().into_inner()).bytes,
-        0
-    );
+    assert_eq!(usage_bytes(&server, &session.id).await, 0);
     assert!(session_files(&server.data_dir(), &session.id).is_empty());
 }
 

@@ -213,14 +213,7 @@ async fn sha256_mismatch_is_invalid_argument_and_stores_nothing() {
         "{}",
         err.message()
     );
-    let listed = p
-        .list_payloads(proto::ListPayloadsRequest {
-            session_id: session.id.clone(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    assert!(listed.into_inner().payloads.is_empty());
+    assert!(payloads_of(&server, &session.id).await.is_empty());
     assert!(session_files(&server.data_dir(), &session.id).is_empty());
 }
 
@@ -605,22 +598,8 @@ async fn uploads_beyond_the_concurrency_limit_are_resource_exhausted() {
     let server = TestServer::start_with(|c| c.limits.max_concurrent_uploads = 1).await;
     let session = create_session(&server, ALICE).await;
     let mut first_client = server.payloads(ALICE).await;
-    let (tx, rx) = tokio::sync::mpsc::channel(4);
-    tx.send(proto::UploadChunk {
-        chunk: Some(Chunk::Header(header(&session.id, "slow.txt"))),
-    })
-    .await
-    .unwrap();
-    tx.send(proto::UploadChunk {
-        chunk: Some(Chunk::Data(bytes::Bytes::from_static(b"part one"))),
-    })
-    .await
-    .unwrap();
-    let first = tokio::spawn(async move {
-        first_client
-            .upload(tokio_stream::wrappers::ReceiverStream::new(rx))
-            .await
-    });
+    let (tx, stream) = open_upload(&session.id, "slow.txt", b"part one").await;
+    let first = tokio::spawn(async move { first_client.upload(stream).await });
     // Wait until the first upload holds the only slot.
     let mut p = server.payloads(ALICE).await;
     let mut refused = None;
@@ -764,22 +743,9 @@ async fn a_stalled_upload_is_abandoned_and_leaves_nothing() {
     .await;
     let session = create_session(&server, ALICE).await;
     let mut p = server.payloads(ALICE).await;
-    let (tx, rx) = tokio::sync::mpsc::channel(4);
-    tx.send(proto::UploadChunk {
-        chunk: Some(Chunk::Header(header(&session.id, "stalled.txt"))),
-    })
-    .await
-    .unwrap();
-    tx.send(proto::UploadChunk {
-        chunk: Some(Chunk::Data(bytes::Bytes::from_static(b"first part"))),
-    })
-    .await
-    .unwrap();
-    // Keep the stream open without sending more.
-    let err = p
-        .upload(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await
-        .unwrap_err();
+    // The stream is kept open without sending more.
+    let (tx, stream) = open_upload(&session.id, "stalled.txt", b"first part").await;
+    let err = p.upload(stream).await.unwrap_err();
     drop(tx);
     assert_eq!(err.code(), Code::DeadlineExceeded);
     assert!(

@@ -605,14 +605,7 @@ async fn compliance_reads_content_only_where_the_effective_policy_grants_it() {
     )
     .await
     .unwrap();
-    let session = create_session(&server, ALICE).await;
-    let stored = upload(
-        &mut server.payloads(ALICE).await,
-        header(&session.id, "x.txt"),
-        b"content",
-    )
-    .await
-    .unwrap();
+    let (_, stored) = session_with_payload(&server, ALICE, "x.txt", b"content").await;
     let read = proto::ReadRequest {
         payload_id: stored.id.clone(),
         ..Default::default()

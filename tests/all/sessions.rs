@@ -245,16 +245,15 @@ async fn oversize_unary_message_is_resource_exhausted_naming_the_limit() {
     );
 }
 
-/// The names of the services reflection lists, through v1 or v1alpha.
-async fn reflected_services(server: &TestServer, alpha: bool) -> Vec<String> {
-    let channel = server.channel().await;
-    let bearer = Bearer(Some(ALICE.into()));
-    if alpha {
-        use tonic_reflection::pb::v1alpha::{
+/// The names of the services reflection lists, through `$version` of its
+/// protocol (`v1` and `v1alpha` are the same messages in two modules).
+macro_rules! list_services {
+    ($version:ident, $channel:expr, $bearer:expr) => {{
+        use tonic_reflection::pb::$version::{
             ServerReflectionRequest, server_reflection_client::ServerReflectionClient,
             server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
         };
-        let mut client = ServerReflectionClient::with_interceptor(channel, bearer);
+        let mut client = ServerReflectionClient::with_interceptor($channel, $bearer);
         let req = ServerReflectionRequest {
             host: String::new(),
             message_request: Some(MessageRequest::ListServices(String::new())),
@@ -268,27 +267,19 @@ async fn reflected_services(server: &TestServer, alpha: bool) -> Vec<String> {
         let Some(MessageResponse::ListServicesResponse(list)) = msg.message_response else {
             panic!("unexpected reply")
         };
-        return list.service.into_iter().map(|s| s.name).collect();
+        list.service.into_iter().map(|s| s.name).collect()
+    }};
+}
+
+/// The names of the services reflection lists, through v1 or v1alpha.
+async fn reflected_services(server: &TestServer, alpha: bool) -> Vec<String> {
+    let channel = server.channel().await;
+    let bearer = Bearer(Some(ALICE.into()));
+    if alpha {
+        list_services!(v1alpha, channel, bearer)
+    } else {
+        list_services!(v1, channel, bearer)
     }
-    use tonic_reflection::pb::v1::{
-        ServerReflectionRequest, server_reflection_client::ServerReflectionClient,
-        server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
-    };
-    let mut client = ServerReflectionClient::with_interceptor(channel, bearer);
-    let req = ServerReflectionRequest {
-        host: String::new(),
-        message_request: Some(MessageRequest::ListServices(String::new())),
-    };
-    let mut stream = client
-        .server_reflection_info(tokio_stream::iter([req]))
-        .await
-        .unwrap()
-        .into_inner();
-    let msg = stream.message().await.unwrap().unwrap();
-    let Some(MessageResponse::ListServicesResponse(list)) = msg.message_response else {
-        panic!("unexpected reply")
-    };
-    list.service.into_iter().map(|s| s.name).collect()
 }
 
 #[tokio::test]
