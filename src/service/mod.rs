@@ -707,6 +707,9 @@ mod tests {
         let me = std::thread::current().id();
         let (waited, ran_on) = ticking_while_in_place().await;
         waited.unwrap();
-        assert_ne!(ran_on, me, "a current-thread runtime cannot lend its thread");
+        assert_ne!(
+            ran_on, me,
+            "a current-thread runtime cannot lend its thread"
+        );
     }
 }
