@@ -326,11 +326,18 @@ pub async fn fleet(opts: &Opts) -> Result<Outcome> {
             Some((Code::Unavailable, _)) => inside.push(e),
             // A call on a connection the kill cut: it reset before the
             // server sent any status, which tonic's client reports as
-            // UNKNOWN ("transport error", "h2 protocol error"); no server
-            // chose that code.
+            // UNKNOWN ("transport error", "h2 protocol error"), or, for a
+            // client stream (Upload) still sending its body when the
+            // connection went, as hyper's own CANCELLED "operation was
+            // canceled"; no server chose that code or those words.
             Some((Code::Unknown, m))
                 if e.started < down_at + GRACE
                     && (m.contains("transport error") || m.contains("h2 protocol error")) =>
+            {
+                in_flight.push(e)
+            }
+            Some((Code::Cancelled, m))
+                if e.started < down_at + GRACE && m == "operation was canceled" =>
             {
                 in_flight.push(e)
             }
@@ -374,7 +381,7 @@ pub async fn fleet(opts: &Opts) -> Result<Outcome> {
     out.check(
         outside.is_empty(),
         format!(
-            "clients saw errors only on their own replica while it was down: UNAVAILABLE, or for a call on a connection the kill cut tonic's UNKNOWN transport error ({:?})",
+            "clients saw errors only on their own replica while it was down: UNAVAILABLE, or for a call on a connection the kill cut tonic's UNKNOWN transport error or hyper's CANCELLED \"operation was canceled\" ({:?})",
             summary(&outside)
         ),
     );
