@@ -582,17 +582,24 @@ where
 /// call this short). A current-thread runtime (tests, embedded clients)
 /// cannot hand its tasks away, so there the call goes to the blocking pool.
 /// Long work (scans, searches, queries) stays on [`blocking`], where a
-/// caller's timeout can still fire while it runs.
+/// caller's timeout can still fire while it runs. A panic in `f` is an
+/// internal error either way, as a failed pool task is.
 async fn in_place<T, E>(f: impl FnOnce() -> Result<T, E> + Send + 'static) -> ApiResult<T>
 where
     T: Send + 'static,
     E: Into<ApiError> + Send + 'static,
 {
     use tokio::runtime::{Handle, RuntimeFlavor};
-    if Handle::current().runtime_flavor() == RuntimeFlavor::MultiThread {
-        return tokio::task::block_in_place(f).map_err(Into::into);
+    if Handle::current().runtime_flavor() != RuntimeFlavor::MultiThread {
+        return blocking(f).await;
     }
-    blocking(f).await
+    let call = std::panic::AssertUnwindSafe(|| tokio::task::block_in_place(f));
+    match std::panic::catch_unwind(call) {
+        Ok(r) => r.map_err(Into::into),
+        Err(_) => Err(ApiError::Internal(
+            "blocking task failed: the store call panicked".into(),
+        )),
+    }
 }
 
 /// Waits for blocking work spawned elsewhere (e.g. on the sandbox's pool).
@@ -700,6 +707,17 @@ mod tests {
         });
         waited.unwrap();
         assert!(ran_on, "the call ran on the calling task's thread");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_panicking_in_place_call_is_an_internal_error_and_the_runtime_goes_on() {
+        let panicked = in_place(|| -> Result<(), ApiError> { panic!("a store bug") }).await;
+        assert!(
+            matches!(&panicked, Err(ApiError::Internal(m)) if m.contains("panicked")),
+            "{panicked:?}"
+        );
+        let again = in_place(|| Ok::<_, ApiError>(7)).await;
+        assert_eq!(again.unwrap(), 7);
     }
 
     #[tokio::test(flavor = "current_thread")]
