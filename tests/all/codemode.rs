@@ -656,6 +656,162 @@ async fn jq_reads_its_inputs_as_a_stream_and_takes_its_flags() {
     assert_eq!(r.stdout, "{\"k\":\"x\",\"v\":[1]}\n", "{r:?}");
 }
 
+/// jq's stdout, stderr and exit code for `source` (with `args`) over the
+/// session's payloads.
+async fn jq_answer(
+    server: &TestServer,
+    sid: &str,
+    source: &str,
+    args: &[&str],
+) -> (String, String, i32) {
+    let mut req = exec(sid, "jq", source);
+    req.args = args.iter().map(|a| a.to_string()).collect();
+    let r = server
+        .codemode(ALICE)
+        .await
+        .exec(req)
+        .await
+        .unwrap()
+        .into_inner();
+    (r.stdout, r.stderr, r.exit_code)
+}
+
+/// `.[] | f` runs `f` on each element of a top-level array as it is parsed;
+/// `(.[] | f)` is the same filter run on the whole parsed array. Every
+/// answer, error and exit code is the same, over arrays mixed with other
+/// values, strings holding brackets and commas, comments, jq errors,
+/// `halt_error`, `input`, `$__loc__` and invalid JSON.
+#[tokio::test]
+async fn a_leading_iteration_answers_element_by_element_as_jq_does_on_the_whole_array() {
+    let server = TestServer::start().await;
+    let payloads: [(&str, &str); 5] = [
+        (
+            "mixed.json",
+            "[{\"n\":1,\"s\":\"a,]\\\"b\"},{\"n\":2,\"s\":\"[{\"}] # a comment, ]\n\
+             {\"k\":{\"n\":3}}\n[]\n[[1,2],{\"n\":4,\"s\":null}]\n\"str\"\n[{\"n\":5}]\n",
+        ),
+        (
+            "errors.json",
+            "[{\"n\":1},{\"n\":\"x\"},{\"n\":3}]\n[{\"n\":4}]\n",
+        ),
+        (
+            "bad-late.json",
+            "[{\"n\":1},{\"n\":\"x\"},{\"n\":3},{bad}]\n",
+        ),
+        (
+            "bad-first.json",
+            "[{\"n\":1}]\n[{\"n\":2},{\"n\" 3}]\n[{\"n\":4}]\n",
+        ),
+        ("unclosed.json", "[{\"n\":1},{\"n\":2}"),
+    ];
+    let cases: [(&str, &[&str]); 11] = [
+        (".n", &[]),
+        ("select(.n > 1)? | .s", &["-r"]),
+        (".n + 1", &[]),
+        ("if .n == 2 then halt_error(\"two\\n\") else .n end", &[]),
+        ("[., input]", &["-c"]),
+        ("first(.n, 9)", &[]),
+        ("input_filename", &[]),
+        ("tostring", &[]),
+        (".n == 4", &["-e"]),
+        ("empty", &["-e"]),
+        (".", &["--indent", "3"]),
+    ];
+    for (name, text) in payloads {
+        let (sid, _) = session_with(&server, name, text.as_bytes()).await;
+        for (f, args) in cases {
+            let streamed = jq_answer(&server, &sid, &format!(".[] | {f}"), args).await;
+            let whole = jq_answer(&server, &sid, &format!("(.[] | {f})"), args).await;
+            assert_eq!(streamed, whole, "{name}: .[] | {f} {args:?}");
+        }
+        let streamed = jq_answer(&server, &sid, ".[]", &[]).await;
+        let whole = jq_answer(&server, &sid, "(.[])", &[]).await;
+        assert_eq!(streamed, whole, "{name}: .[]");
+    }
+    // the cases above do reach the interesting paths
+    let (sid, _) = session_with(&server, "bad-late.json", payloads[2].1.as_bytes()).await;
+    let (out, err, code) = jq_answer(&server, &sid, ".[] | .n + 1", &[]).await;
+    assert_eq!((out.as_str(), code), ("", 1), "{err}");
+    assert!(
+        err.contains("invalid JSON at byte offset 28") && err.contains("line 1, column 29"),
+        "{err}"
+    );
+    let (sid, _) = session_with(&server, "errors.json", payloads[1].1.as_bytes()).await;
+    let (out, err, code) = jq_answer(&server, &sid, ".[] | .n + 1", &[]).await;
+    assert_eq!((out.as_str(), code), ("2\n5\n", 1), "{err}");
+    assert!(err.contains(r#"cannot calculate "x" + 1"#), "{err}");
+}
+
+/// `.[] | .user` over an array holds one element at a time, not the whole
+/// array as values: the guest's peak memory stays under three times the
+/// payload, where parsing it whole (`(.[] | .user)`) takes far more.
+#[tokio::test]
+async fn a_leading_iteration_over_a_large_array_stays_near_the_payloads_size_in_memory() {
+    let server = TestServer::start().await;
+    let records: Vec<String> = (0..100_000)
+        .map(|i| {
+            format!(
+                "{{\"id\":{i},\"user\":\"user-{i}\",\"state\":\"open\",\"n\":{}}}",
+                i % 7
+            )
+        })
+        .collect();
+    let data = format!("[{}]", records.join(",\n"));
+    let (sid, input) = session_with(&server, "big.json", data.as_bytes()).await;
+    let mut c = server.codemode(ALICE).await;
+    let mut peak = Vec::new();
+    for source in [".[] | .user", "(.[] | .user)"] {
+        let mut req = exec(&sid, "jq", source);
+        // not the first answer, kept as a payload of the session
+        req.inputs = vec![input.id.clone()];
+        let r = c.exec(req).await.unwrap().into_inner();
+        assert_eq!(
+            status(&r),
+            ExecStatus::Ok,
+            "{source}: {} {}",
+            r.message,
+            r.stderr
+        );
+        let usage = r.usage.unwrap();
+        assert_eq!(
+            usage.stdout_bytes,
+            records
+                .iter()
+                .enumerate()
+                .map(|(i, _)| format!("\"user-{i}\"\n").len() as u64)
+                .sum::<u64>()
+        );
+        peak.push(usage.peak_memory_bytes);
+    }
+    // what the image takes before any input: the same filter over one record
+    let (sid, tiny) = session_with(&server, "tiny.json", b"[{\"user\":\"a\"}]").await;
+    let mut req = exec(&sid, "jq", ".[] | .user");
+    req.inputs = vec![tiny.id];
+    let base = c
+        .exec(req)
+        .await
+        .unwrap()
+        .into_inner()
+        .usage
+        .unwrap()
+        .peak_memory_bytes;
+    let size = data.len() as u64;
+    eprintln!(
+        "base {base} streamed {} whole {} size {size}",
+        peak[0], peak[1]
+    );
+    assert!(
+        peak[0] - base < 2 * size,
+        "streamed: {} bytes of memory over the image's {base}, for {size} bytes",
+        peak[0]
+    );
+    assert!(
+        peak[1] - base > 4 * size,
+        "whole: {} bytes over the image's {base}, for {size} bytes",
+        peak[1]
+    );
+}
+
 #[tokio::test]
 async fn javascript_and_python_helpers_see_the_payload_list() {
     let server = TestServer::start().await;

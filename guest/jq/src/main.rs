@@ -12,13 +12,14 @@
 mod alloc;
 mod inputs;
 mod report;
+mod stream;
 
 #[cfg(target_arch = "wasm32")]
 #[global_allocator]
 static ALLOC: alloc::Classes = alloc::Classes::new();
 
-use core::cell::RefCell;
-use inputs::{Mode, PayloadInputs};
+use core::cell::{OnceCell, RefCell};
+use inputs::{ArrayInput, Input, Mode, PayloadInputs, Shared};
 use jaq_core::{Ctx, DataT, Lut, Native, ValT, Vars, compile, load, native};
 use jaq_json::Val;
 use jaq_std::input::{HasInputs, Inputs, RcIter};
@@ -304,9 +305,19 @@ fn real_main(cli: Cli) -> u8 {
     var_names.push("$ENV".into());
     var_vals.push(Val::obj(Default::default()));
 
-    let filter = match compile_filter(&code, &var_names) {
+    // `.[] | f`: `f` runs on each element of a top-level array as it is parsed
+    let per_element = match cli.null_input || cli.raw_input || cli.slurp {
+        true => None,
+        false => stream::per_element(&code),
+    };
+    let filter = match compile_filter(per_element.as_deref().unwrap_or(&code), &var_names) {
         Ok(f) => f,
         Err(msg) => {
+            // the same positions; the message is the one for the filter as written
+            let msg = match per_element {
+                Some(_) => compile_filter(&code, &var_names).err().unwrap_or(msg),
+                None => msg,
+            };
             eprint!("{msg}");
             return 3;
         }
@@ -314,72 +325,95 @@ fn real_main(cli: Cli) -> u8 {
 
     let mode = if cli.raw_input { Mode::Raw } else { Mode::Json };
     let filename = RefCell::new(Val::Null);
-    let stream = PayloadInputs::new(payloads, mode, cli.slurp, &filename);
-    let stream: Box<dyn Iterator<Item = Result<Val, String>> + '_> = Box::new(stream);
-    let inputs = RcIter::new(stream);
+    let arrays = per_element.is_some();
+    let stream = RefCell::new(PayloadInputs::new(
+        payloads, mode, cli.slurp, arrays, &filename,
+    ));
+    let inputs = RcIter::new(Shared(&stream));
     let data = Data {
         lut: &filter.lut,
         inputs: &inputs,
         filename: &filename,
     };
-    let ctx = Ctx::<DataKind>::new(&data, Vars::new(var_vals));
+    let ctx = Ctx::<DataKind>::new(&data, Vars::new(var_vals.clone()));
+    // with `per_element`, `filter` is `f`; the filter as written runs on the
+    // inputs that are not arrays, compiled when the first one comes
+    let whole = OnceCell::new();
+    let whole_data = OnceCell::new();
+    let whole_ctx = OnceCell::new();
 
-    let pp = jaq_json::write::Pp {
-        indent: cli.indent.clone(),
-        sort_keys: cli.sort_keys,
-        styles: Default::default(),
-        sep_space: cli.indent.is_some(),
+    let mut run = Run {
+        pp: jaq_json::write::Pp {
+            indent: cli.indent.clone(),
+            sort_keys: cli.sort_keys,
+            styles: Default::default(),
+            sep_space: cli.indent.is_some(),
+        },
+        raw: cli.raw_output || cli.join_output,
+        join: cli.join_output,
+        errors: 0,
+        last: None,
+        filename: &filename,
     };
-    let raw = cli.raw_output || cli.join_output;
     let mut out = BufWriter::with_capacity(1 << 16, io::stdout().lock());
-    let mut errors = 0usize;
-    let mut last: Option<bool> = None;
-
-    let null =
-        RcIter::new(Box::new(core::iter::once(Ok(Val::Null)))
-            as Box<dyn Iterator<Item = Result<Val, String>>>);
-    let top: &RcIter<dyn Iterator<Item = Result<Val, String>> + '_> =
-        if cli.null_input { &null } else { &inputs };
-
     let mut status: Option<u8> = None;
-    'inputs: for input in top {
-        let input = match input {
-            Ok(v) => v,
-            Err(e) => {
+    let mut null = cli.null_input.then_some(Val::Null);
+    loop {
+        let next = match null.take() {
+            Some(v) => Some(Ok(Input::Val(v))),
+            None if cli.null_input => None,
+            None => stream.borrow_mut().next_input(),
+        };
+        let ended = match next {
+            None => break,
+            Some(Err(e)) => {
                 eprintln!("jq: error: {e}");
                 status = Some(1);
                 break;
             }
-        };
-        for output in filter.id.run((ctx.clone(), input)) {
-            match output {
-                Ok(v) => {
-                    last = Some(v.as_bool());
-                    if let Err(e) = write_val(&mut out, &pp, raw, cli.join_output, &v) {
-                        eprintln!("jq: error: cannot write output: {e}");
-                        return 1;
+            Some(Ok(Input::Val(v))) if arrays => {
+                let f = match whole.get_or_init(|| compile_filter(&code, &var_names)) {
+                    Ok(f) => f,
+                    Err(msg) => {
+                        eprint!("{msg}");
+                        return 3;
                     }
+                };
+                let ctx = whole_ctx.get_or_init(|| {
+                    let data = whole_data.get_or_init(|| Data {
+                        lut: &f.lut,
+                        inputs: &inputs,
+                        filename: &filename,
+                    });
+                    Ctx::<DataKind>::new(data, Vars::new(var_vals.clone()))
+                });
+                run.one(f, ctx, v, &mut out)
+            }
+            Some(Ok(Input::Val(v))) => run.one(&filter, &ctx, v, &mut out),
+            Some(Ok(Input::Array(a))) => match run.each(&filter, &ctx, &a, &mut out) {
+                Ok(Err(invalid)) => {
+                    eprintln!("jq: error: {invalid}");
+                    status = Some(1);
+                    break;
                 }
-                Err(exn) => match exn.get_err() {
-                    Ok(err) => {
-                        errors += 1;
-                        if errors <= MAX_REPORTED_ERRORS {
-                            let at = filename.borrow();
-                            report::runtime_error(&at, err);
-                        }
-                        // like jq: the next input is processed
-                        continue 'inputs;
-                    }
-                    Err(exn) => {
-                        let code = exn.get_halt().unwrap_or(5);
-                        if let Err(e) = out.flush() {
-                            eprintln!("jq: error: cannot write output: {e}");
-                            return 1;
-                        }
-                        // halt / halt_error: jq's exit codes (clamped to a byte)
-                        return code.clamp(0, 255) as u8;
-                    }
-                },
+                Ok(Ok(ended)) => Ok(ended),
+                Err(e) => Err(e),
+            },
+        };
+        match ended {
+            Ok(Ended::Done) => {}
+            // like jq: the next input is processed
+            Ok(Ended::Error(msg)) => run.error(msg),
+            Ok(Ended::Halt(code)) => {
+                if let Err(e) = out.flush() {
+                    eprintln!("jq: error: cannot write output: {e}");
+                    return 1;
+                }
+                return code;
+            }
+            Err(e) => {
+                eprintln!("jq: error: cannot write output: {e}");
+                return 1;
             }
         }
     }
@@ -387,23 +421,137 @@ fn real_main(cli: Cli) -> u8 {
         eprintln!("jq: error: cannot write output: {e}");
         return 1;
     }
-    if errors > MAX_REPORTED_ERRORS {
-        eprintln!("jq: {} more errors not shown", errors - MAX_REPORTED_ERRORS);
+    if run.errors > MAX_REPORTED_ERRORS {
+        eprintln!(
+            "jq: {} more errors not shown",
+            run.errors - MAX_REPORTED_ERRORS
+        );
     }
     if let Some(s) = status {
         return s;
     }
-    if errors > 0 {
+    if run.errors > 0 {
         return 1;
     }
     if cli.exit_status {
-        return match last {
+        return match run.last {
             None => 4,
             Some(false) => 1,
             Some(true) => 0,
         };
     }
     0
+}
+
+type Filter = jaq_core::Filter<DataKind>;
+
+/// How outputs are written, and what the run has come to so far.
+struct Run<'p> {
+    pp: jaq_json::write::Pp,
+    raw: bool,
+    join: bool,
+    /// jq errors so far
+    errors: usize,
+    /// the truth of the last output (for `-e`)
+    last: Option<bool>,
+    filename: &'p RefCell<Val>,
+}
+
+/// How running the filter on one input ended.
+enum Ended {
+    /// every output was written
+    Done,
+    /// a jq error stopped this input; its message
+    Error(String),
+    /// `halt` or `halt_error`: exit with this code
+    Halt(u8),
+}
+
+impl Run<'_> {
+    /// `f` on `input`, its outputs written to `out`.
+    fn one(
+        &mut self,
+        f: &Filter,
+        ctx: &Ctx<DataKind>,
+        input: Val,
+        out: &mut impl Write,
+    ) -> io::Result<Ended> {
+        for output in f.id.run((ctx.clone(), input)) {
+            match output {
+                Ok(v) => {
+                    self.last = Some(v.as_bool());
+                    write_val(out, &self.pp, self.raw, self.join, &v)?;
+                }
+                Err(exn) => {
+                    return Ok(match exn.get_err() {
+                        Ok(err) => {
+                            Ended::Error(report::runtime_error(&self.filename.borrow(), err))
+                        }
+                        // halt / halt_error: jq's exit codes (clamped to a byte)
+                        Err(exn) => Ended::Halt(exn.get_halt().unwrap_or(5).clamp(0, 255) as u8),
+                    });
+                }
+            }
+        }
+        Ok(Ended::Done)
+    }
+
+    /// `f` on each element of `input`, as jq's `.[] | f` on the whole array.
+    /// The outputs are held until every element has parsed: jq parses an
+    /// input whole before running the filter, so for an invalid array it
+    /// prints no output, only the JSON error (the `Err`), even when a jq
+    /// error or `halt` came first.
+    fn each(
+        &mut self,
+        f: &Filter,
+        ctx: &Ctx<DataKind>,
+        input: &ArrayInput,
+        out: &mut impl Write,
+    ) -> io::Result<Result<Ended, String>> {
+        // and what `debug` and `stderr` write, likewise
+        let ran = held_stderr(|| {
+            let ran = self.each_held(f, ctx, input);
+            let valid = matches!(ran, Ok(Some(_)));
+            (ran, valid)
+        })?;
+        let Some((held, ended)) = ran else {
+            return Ok(Err(input.error()));
+        };
+        out.write_all(&held)?;
+        Ok(Ok(ended))
+    }
+
+    /// [`Run::each`]'s outputs, held, and how it ended; `None` if the array
+    /// does not parse.
+    fn each_held(
+        &mut self,
+        f: &Filter,
+        ctx: &Ctx<DataKind>,
+        input: &ArrayInput,
+    ) -> io::Result<Option<(Vec<u8>, Ended)>> {
+        let mut held = Vec::new();
+        let mut ended = Ended::Done;
+        let mut elems = input.array.elements();
+        for elem in elems.by_ref() {
+            let Ok(v) = elem else { return Ok(None) };
+            ended = self.one(f, ctx, v, &mut held)?;
+            if !matches!(ended, Ended::Done) {
+                break;
+            }
+        }
+        if elems.any(|e| e.is_err()) {
+            return Ok(None);
+        }
+        Ok(Some((held, ended)))
+    }
+
+    /// Report a jq error (the first [`MAX_REPORTED_ERRORS`] only).
+    fn error(&mut self, msg: String) {
+        self.errors += 1;
+        if self.errors <= MAX_REPORTED_ERRORS {
+            eprintln!("{msg}");
+        }
+    }
 }
 
 type Defs = Vec<load::parse::Def<&'static str>>;
@@ -531,7 +679,7 @@ fn pattern_calls(p: &load::parse::Pattern<&'static str>, out: &mut Vec<&'static 
 /// only calls earlier ones (or itself), so one pass from the last to the
 /// first finds them all; the kept ones stay in their order. Compiling only
 /// these, instead of the whole library, is most of an empty filter's start.
-fn reachable(std: StdLib, code: &str) -> Defs {
+fn reachable(std: &StdLib, code: &str) -> Defs {
     let mut needed: std::collections::HashSet<&str> = words(code).collect();
     let mut keep = vec![false; std.defs.len()];
     for (i, def) in std.defs.iter().enumerate().rev() {
@@ -541,9 +689,10 @@ fn reachable(std: StdLib, code: &str) -> Defs {
         }
     }
     std.defs
-        .into_iter()
+        .iter()
         .zip(keep)
-        .filter_map(|(d, k)| k.then_some(d))
+        .filter(|(_, k)| *k)
+        .map(|(d, _)| d.clone())
         .collect()
 }
 
@@ -568,12 +717,13 @@ pub extern "C" fn wizer_initialize() {
     STD_LIB.with(|d| *d.borrow_mut() = Some(std));
 }
 
-fn compile_filter(code: &str, vars: &[String]) -> Result<jaq_core::Filter<DataKind>, String> {
-    // from the snapshot (taken: each instance runs once), else parsed now
-    let std = STD_LIB
-        .with(|d| d.borrow_mut().take())
-        .unwrap_or_else(parse_std_lib);
-    compile_with(reachable(std, code), code, vars)
+fn compile_filter(code: &str, vars: &[String]) -> Result<Filter, String> {
+    // from the snapshot, else parsed now (and kept for a second filter)
+    let defs = STD_LIB.with(|d| {
+        let mut d = d.borrow_mut();
+        reachable(d.get_or_insert_with(parse_std_lib), code)
+    });
+    compile_with(defs, code, vars)
 }
 
 fn compile_with(
@@ -615,21 +765,46 @@ fn write_val(
     Ok(())
 }
 
-/// `debug` and `stderr` (jaq-std logs them) go to stderr, as in jq.
+/// `debug` and `stderr` (jaq-std logs them) go to stderr, as in jq, or,
+/// while [`held_stderr`] holds them, to a buffer.
 struct StderrLogger;
+
+thread_local! {
+    /// Log output held back (see [`held_stderr`]).
+    static HELD_STDERR: RefCell<Option<Vec<u8>>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` with what `debug` and `stderr` write held back, then writes it
+/// to stderr if `f` says so (`true`), or drops it.
+fn held_stderr<T>(f: impl FnOnce() -> (T, bool)) -> T {
+    HELD_STDERR.with(|h| *h.borrow_mut() = Some(Vec::new()));
+    let (out, keep) = f();
+    if let Some(held) = HELD_STDERR.with(|h| h.borrow_mut().take())
+        && keep
+    {
+        let _ = io::stderr().lock().write_all(&held);
+    }
+    out
+}
 
 impl log::Log for StderrLogger {
     fn enabled(&self, _: &log::Metadata) -> bool {
         true
     }
     fn log(&self, record: &log::Record) {
-        let mut err = io::stderr().lock();
+        let mut line = Vec::new();
         let _ = match record.level() {
             // `stderr`: the value, raw, without newline
-            log::Level::Error => write!(err, "{}", record.args()),
+            log::Level::Error => write!(line, "{}", record.args()),
             // `debug`: ["DEBUG:",<value>]
-            _ => writeln!(err, "[\"DEBUG:\",{}]", record.args()),
+            _ => writeln!(line, "[\"DEBUG:\",{}]", record.args()),
         };
+        HELD_STDERR.with(|h| match &mut *h.borrow_mut() {
+            Some(held) => held.extend_from_slice(&line),
+            None => {
+                let _ = io::stderr().lock().write_all(&line);
+            }
+        });
     }
     fn flush(&self) {}
 }
@@ -658,8 +833,11 @@ mod tests {
         let calls = every_std_call();
         assert!(calls.len() > 100, "{} definitions", calls.len());
         for code in &calls {
-            let kept = reachable(parse_std_lib(), code);
-            assert!(kept.len() < parse_std_lib().defs.len(), "{code} kept everything");
+            let kept = reachable(&parse_std_lib(), code);
+            assert!(
+                kept.len() < parse_std_lib().defs.len(),
+                "{code} kept everything"
+            );
             if let Err(e) = compile_with(kept, code, &[]) {
                 panic!("{code}: {e}");
             }
@@ -669,7 +847,7 @@ mod tests {
     #[test]
     fn a_format_in_a_string_reaches_its_definition() {
         for code in [r#"@base64d "\(.)""#, "@html", ".[]|@sh", "@text \"a\\(.)\""] {
-            let kept = reachable(parse_std_lib(), code);
+            let kept = reachable(&parse_std_lib(), code);
             if let Err(e) = compile_with(kept, code, &[]) {
                 panic!("{code}: {e}");
             }
@@ -680,13 +858,17 @@ mod tests {
     fn a_name_outside_the_library_is_refused_as_with_the_whole_library() {
         let code = "map(.a) | no_such_filter";
         let full = compile_with(parse_std_lib().defs, code, &[]).err();
-        let kept = compile_with(reachable(parse_std_lib(), code), code, &[]).err();
-        assert!(full.as_deref().is_some_and(|e| e.contains("no_such_filter")), "{full:?}");
+        let kept = compile_with(reachable(&parse_std_lib(), code), code, &[]).err();
+        assert!(
+            full.as_deref()
+                .is_some_and(|e| e.contains("no_such_filter")),
+            "{full:?}"
+        );
         assert_eq!(full, kept);
     }
 
     #[test]
     fn an_empty_filter_compiles_none_of_the_library() {
-        assert!(reachable(parse_std_lib(), ".").is_empty());
+        assert!(reachable(&parse_std_lib(), ".").is_empty());
     }
 }

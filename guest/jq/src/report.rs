@@ -95,8 +95,8 @@ pub fn compile_errors(code: &str, errs: compile::Errors<&str, ()>) -> String {
     out
 }
 
-/// `jq: error (at data.json): <message>`; string errors are printed as they are.
-pub fn runtime_error(at: &Val, err: jaq_core::Error<Val>) {
+/// `jq: error (at data.json): <message>`; string errors are shown as they are.
+pub fn runtime_error(at: &Val, err: jaq_core::Error<Val>) -> String {
     let at = match at {
         Val::TStr(s) | Val::BStr(s) => format!(" (at {})", String::from_utf8_lossy(s)),
         _ => String::new(),
@@ -105,5 +105,5 @@ pub fn runtime_error(at: &Val, err: jaq_core::Error<Val>) {
         Val::TStr(s) | Val::BStr(s) => String::from_utf8_lossy(&s).into_owned(),
         v => format!("{v} (not a string)"),
     };
-    eprintln!("jq: error{at}: {msg}");
+    format!("jq: error{at}: {msg}")
 }
