@@ -1221,6 +1221,43 @@ async fn a_bad_jq_flag_shows_the_error_and_a_pointer_to_help_only() {
     assert!(!r.stderr.contains("RUST_BACKTRACE"));
 }
 
+/// A freed memory slot is reset to the module's image before an exec
+/// reuses it (wasmtime resets the pages a guest dirtied, found with Linux's
+/// PAGEMAP_SCAN where the kernel has it): what one exec writes into its data
+/// segment, into the first MiB (kept resident) and far past it, the next
+/// exec of the same module does not see.
+#[tokio::test]
+async fn a_reused_memory_slot_starts_from_the_modules_image() {
+    let wat = r#"(module
+      (import "wasi_snapshot_preview1" "fd_write"
+        (func $fd_write (param i32 i32 i32 i32) (result i32)))
+      (memory (export "memory") 128)
+      (data (i32.const 1024) "A")
+      (func (export "_start")
+        ;; print the bytes at 1024 (the image), 512 KiB and 6 MiB (zero pages)
+        (i32.store8 (i32.const 64) (i32.load8_u (i32.const 1024)))
+        (i32.store8 (i32.const 65) (i32.load8_u (i32.const 524288)))
+        (i32.store8 (i32.const 66) (i32.load8_u (i32.const 6291456)))
+        (i32.store8 (i32.const 67) (i32.const 10))
+        (i32.store (i32.const 0) (i32.const 64))
+        (i32.store (i32.const 4) (i32.const 4))
+        (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 16)))
+        ;; then dirty all three
+        (i32.store8 (i32.const 1024) (i32.const 90))
+        (i32.store8 (i32.const 524288) (i32.const 90))
+        (i32.store8 (i32.const 6291456) (i32.const 90))))"#;
+    let server = TestServer::start().await;
+    let (sid, _) = session_with(&server, "x.txt", b"x").await;
+    let mut c = server.codemode(ALICE).await;
+    for round in 0..4 {
+        let mut req = exec(&sid, "wasm", "");
+        req.module = wat.as_bytes().to_vec().into();
+        let r = c.exec(req).await.unwrap().into_inner();
+        assert_eq!(status(&r), ExecStatus::Ok, "{r:?}");
+        assert_eq!(r.stdout, "A\0\0\n", "round {round}");
+    }
+}
+
 /// The jq and javascript images start from a Wizer snapshot (`make images`):
 /// each exec is a fresh instance of it, so nothing one exec does to the
 /// snapshot's globals or heap is seen by the next, and what QuickJS derived
