@@ -21,7 +21,8 @@
 //! latencies (and the baseline table), `big` the 50 MB group-by (`bigjq`: its
 //! jq rows only), `jq` the jq
 //! runtime against C jq (Debian's `jq`, what users know) and native jaq on a
-//! `select` over 3 MB of NDJSON and `.[] | .user` over a 35 MB array.
+//! `select` over 3 MB of NDJSON and `.[] | .user` over a 35 MB array, and
+//! the same `select` in the python runtime against native `python3`.
 
 mod common;
 
@@ -62,6 +63,21 @@ for line in spillway.read_lines(spillway.payloads[0]["path"]):
     e[0] += 1
     e[1] += r["amount"]
 print(json.dumps(g))"#;
+/// The `select` case of the C jq table, in Python: in the runtime, and native.
+const PY_SELECT: &str = r#"import json, spillway
+for line in spillway.read_lines(spillway.payloads[0]["path"]):
+    if line:
+        r = json.loads(line)
+        if r["status"] == "open":
+            print(r["id"])"#;
+const PY_NATIVE_SELECT: &str = r#"import json, sys
+with open(sys.argv[1]) as f:
+    for line in f:
+        line = line.rstrip("\n")
+        if line:
+            r = json.loads(line)
+            if r["status"] == "open":
+                print(r["id"])"#;
 const NODE_AGG: &str = r#"const fs = require('fs'); const rl = require('readline');
 const g = {}; const it = rl.createInterface({input: fs.createReadStream(process.argv[1])});
 it.on('line', (line) => { if (!line) return; const r = JSON.parse(line); const e = g[r.status] || (g[r.status] = [0, 0]); e[0] += 1; e[1] += r.amount; });
@@ -504,10 +520,14 @@ async fn c_jq_table(rounds: usize, server: &mut BenchServer, code: &Code, sessio
         "| case | input | jq runtime | guest run | guest peak memory | C jq | ratio | native jaq | ratio |"
     );
     println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    let mut select_input = None;
     for (what, name, data, filter) in cases {
         let payload = server.upload(session, name, data).await;
         let path = server.dir.path().join(name);
         std::fs::write(&path, data).unwrap();
+        if select_input.is_none() {
+            select_input = Some((payload.id.clone(), path.clone(), data.len()));
+        }
         let req = proto::ExecRequest {
             session_id: session.to_owned(),
             runtime: "jq".into(),
@@ -562,6 +582,66 @@ async fn c_jq_table(rounds: usize, server: &mut BenchServer, code: &Code, sessio
             cell(n)
         );
     }
+    if let Some((id, path, len)) = select_input {
+        python_select(rounds, code, session, &id, &path, len).await;
+    }
+}
+
+/// The `select` over NDJSON in the python runtime, against native python3
+/// running the same loop on the same file.
+async fn python_select(
+    rounds: usize,
+    code: &Code,
+    session: &str,
+    id: &str,
+    path: &Path,
+    len: usize,
+) {
+    let req = proto::ExecRequest {
+        session_id: session.to_owned(),
+        runtime: "python".into(),
+        source: PY_SELECT.into(),
+        inputs: vec![id.to_owned()],
+        limits: Some(proto::ExecLimits {
+            timeout_ms: 300_000,
+            max_stdout_bytes: 64 << 20,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let mut code = code.clone();
+    let (mut wall, mut run) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let t = Instant::now();
+        let r = code.exec(req.clone()).await.unwrap().into_inner();
+        wall.push(t.elapsed().as_secs_f64());
+        assert_eq!(
+            r.status,
+            proto::ExecStatus::Ok as i32,
+            "python select: {}",
+            r.message
+        );
+        run.push(r.usage.unwrap_or_default().run_us as f64 / 1e6);
+    }
+    let (wall, run) = (median(wall), median(run));
+    let native = time_cmd(
+        rounds,
+        Path::new("python3"),
+        &["-c".as_ref(), PY_NATIVE_SELECT.as_ref(), path.as_os_str()],
+    );
+    println!(
+        "\n### The same select in the python runtime, against native python3 (median of {rounds})\n"
+    );
+    println!("| case | input | python runtime | guest run | native python3 | ratio |");
+    println!("| --- | --- | --- | --- | --- | --- |");
+    let reference = match native {
+        Some(n) => format!("{n:.3} s | {:.2}", wall / n),
+        None => "python3 not installed | -".into(),
+    };
+    println!(
+        "| select over NDJSON, line by line | {:.1} MB | {wall:.3} s | {run:.3} s | {reference} |",
+        len as f64 / 1e6
+    );
 }
 
 /// The 50 MB question.
