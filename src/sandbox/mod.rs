@@ -706,6 +706,7 @@ impl Sandbox {
                         fuel_consumed: 0,
                         denied_socket_calls: 0,
                         cpu_wait: Duration::ZERO,
+                        scratch: Default::default(),
                     };
                     return Ok(Ok(Finished {
                         outcome,
@@ -765,12 +766,17 @@ impl Sandbox {
         let engine = self.engines(fuel).await?.engine.engine().clone();
         let outcome = run::run(&engine, &prepared, work.clone(), run_spec).await?;
         self.guest_log.note(&spec.tenant, &outcome);
-        let usage = work.usage(scratch.entries);
+        let usage = outcome.scratch;
         // Listed here, where blocking is fine, rather than after a hop to a
         // blocking pool; the files stay open, so the directory can go now:
         // emptied for the tenant's next exec (a few unlinks), or, after a
-        // timeout, removed in the background.
-        let (out_files, out_skipped) = work.out_files()?;
+        // timeout, removed in the background. Nothing to list when the walk
+        // at the end of the run saw no entry at all.
+        let (out_files, out_skipped) = if usage.entries == 0 && usage.incomplete.is_none() {
+            (Vec::new(), Vec::new())
+        } else {
+            work.out_files()?
+        };
         let removed = Instant::now();
         if outcome.ending == Ending::TimedOut {
             work.discard();

@@ -279,6 +279,7 @@ mod tests {
             fuel_consumed: 0,
             denied_socket_calls: 0,
             cpu_wait: Duration::ZERO,
+            scratch: Default::default(),
         }
     }
 

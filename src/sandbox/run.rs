@@ -250,6 +250,8 @@ pub struct RunOutcome {
     /// The part of `wall` spent waiting for a turn on the CPU while other
     /// guests ran.
     pub cpu_wait: Duration,
+    /// What `/tmp` and `/out` held once the guest was done.
+    pub scratch: Usage,
 }
 
 /// Runs `prepared` once in a fresh store.
@@ -354,7 +356,10 @@ pub async fn run(
     } else {
         0
     };
-    let scratch_over = host.scratch_over.or_else(|| host.scratch_exceeded());
+    // What /tmp and /out hold now that the guest is done: one walk for the
+    // limit check and the usage the exec reports.
+    let scratch = host.work.usage(host.scratch.entries);
+    let scratch_over = host.scratch_over.or_else(|| host.over(scratch));
     let ending = match result {
         None => Ending::TimedOut,
         Some(_) if host.timed_out => Ending::TimedOut,
@@ -378,13 +383,18 @@ pub async fn run(
         fuel_consumed,
         denied_socket_calls: host.denied_socket_calls,
         cpu_wait: spec.seat.waited(),
+        scratch,
     })
 }
 
 impl Host {
     /// The usage when it is over the limits (an incomplete walk is over).
     fn scratch_exceeded(&self) -> Option<Usage> {
-        let u = self.work.usage(self.scratch.entries);
+        self.over(self.work.usage(self.scratch.entries))
+    }
+
+    /// `u`, when it is over the limits.
+    fn over(&self, u: Usage) -> Option<Usage> {
         (u.bytes > self.scratch.bytes || u.incomplete.is_some()).then_some(u)
     }
 }

@@ -232,9 +232,11 @@ impl WorkDir {
 /// that once held many entries keeps its size, and is slower to list).
 const REUSE_MAX_ENTRIES: usize = 1000;
 
-/// Empties the four directories of an exec, and checks that they are.
+/// Empties the four directories of an exec, and checks that they are (a
+/// listing that found nothing is itself the check).
 fn empty(d: &Dirs) -> io::Result<()> {
     for dir in [&d.payloads, &d.spillway, &d.tmp, &d.out] {
+        let mut removed = false;
         for (n, entry) in dir.entries()?.enumerate() {
             if n >= REUSE_MAX_ENTRIES {
                 return Err(io::Error::other("too many entries to reuse it"));
@@ -246,8 +248,9 @@ fn empty(d: &Dirs) -> io::Result<()> {
             } else {
                 dir.remove_file(&name)?;
             }
+            removed = true;
         }
-        if dir.entries()?.next().is_some() {
+        if removed && dir.entries()?.next().is_some() {
             return Err(io::Error::other("an entry came back while emptying"));
         }
     }
