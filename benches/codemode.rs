@@ -542,23 +542,7 @@ async fn c_jq_table(rounds: usize, server: &mut BenchServer, code: &Code, sessio
             }),
             ..Default::default()
         };
-        let mut code = code.clone();
-        let (mut wall, mut run, mut peak) = (Vec::new(), Vec::new(), 0);
-        for _ in 0..rounds {
-            let t = Instant::now();
-            let r = code.exec(req.clone()).await.unwrap().into_inner();
-            wall.push(t.elapsed().as_secs_f64());
-            assert_eq!(
-                r.status,
-                proto::ExecStatus::Ok as i32,
-                "{what}: {}",
-                r.message
-            );
-            let u = r.usage.unwrap_or_default();
-            run.push(u.run_us as f64 / 1e6);
-            peak = peak.max(u.peak_memory_bytes);
-        }
-        let (wall, run) = (median(wall), median(run));
+        let (wall, run, peak) = timed_execs(rounds, code, &req, what).await;
         let reference = |program: &Path| {
             time_cmd(
                 rounds,
@@ -587,6 +571,33 @@ async fn c_jq_table(rounds: usize, server: &mut BenchServer, code: &Code, sessio
     }
 }
 
+/// `rounds` runs of `req`, each of which must succeed: the median end-to-end
+/// and guest-run seconds, and the highest peak memory.
+async fn timed_execs(
+    rounds: usize,
+    code: &Code,
+    req: &proto::ExecRequest,
+    what: &str,
+) -> (f64, f64, u64) {
+    let mut code = code.clone();
+    let (mut wall, mut run, mut peak) = (Vec::new(), Vec::new(), 0);
+    for _ in 0..rounds {
+        let t = Instant::now();
+        let r = code.exec(req.clone()).await.unwrap().into_inner();
+        wall.push(t.elapsed().as_secs_f64());
+        assert_eq!(
+            r.status,
+            proto::ExecStatus::Ok as i32,
+            "{what}: {}",
+            r.message
+        );
+        let u = r.usage.unwrap_or_default();
+        run.push(u.run_us as f64 / 1e6);
+        peak = peak.max(u.peak_memory_bytes);
+    }
+    (median(wall), median(run), peak)
+}
+
 /// The `select` over NDJSON in the python runtime, against native python3
 /// running the same loop on the same file.
 async fn python_select(
@@ -609,21 +620,7 @@ async fn python_select(
         }),
         ..Default::default()
     };
-    let mut code = code.clone();
-    let (mut wall, mut run) = (Vec::new(), Vec::new());
-    for _ in 0..rounds {
-        let t = Instant::now();
-        let r = code.exec(req.clone()).await.unwrap().into_inner();
-        wall.push(t.elapsed().as_secs_f64());
-        assert_eq!(
-            r.status,
-            proto::ExecStatus::Ok as i32,
-            "python select: {}",
-            r.message
-        );
-        run.push(r.usage.unwrap_or_default().run_us as f64 / 1e6);
-    }
-    let (wall, run) = (median(wall), median(run));
+    let (wall, run, _) = timed_execs(rounds, code, &req, "python select").await;
     let native = time_cmd(
         rounds,
         Path::new("python3"),

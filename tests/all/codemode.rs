@@ -41,6 +41,17 @@ fn status(r: &proto::ExecResult) -> ExecStatus {
     ExecStatus::try_from(r.status).unwrap()
 }
 
+/// Alice's exec, which must be answered (a failed script is an answer).
+async fn exec_as_alice(server: &TestServer, req: proto::ExecRequest) -> proto::ExecResult {
+    server
+        .codemode(ALICE)
+        .await
+        .exec(req)
+        .await
+        .unwrap()
+        .into_inner()
+}
+
 async fn session_with(server: &TestServer, name: &str, data: &[u8]) -> (String, proto::Payload) {
     let (s, p) = session_with_payload(server, ALICE, name, data).await;
     (s.id, p)
@@ -79,13 +90,7 @@ async fn every_escape_attempt_is_refused_and_the_payload_is_unchanged() {
     let server = TestServer::start().await;
     let data = br#"{"secret": "payload bytes"}"#;
     let (sid, p) = session_with(&server, "target.json", data).await;
-    let r = server
-        .codemode(ALICE)
-        .await
-        .exec(probe(&sid, &["escape", "target.json"]))
-        .await
-        .unwrap()
-        .into_inner();
+    let r = exec_as_alice(&server, probe(&sid, &["escape", "target.json"])).await;
     assert_eq!(status(&r), ExecStatus::Ok, "{r:?}");
     let lines: Vec<&str> = r.stdout.lines().collect();
     assert_eq!(lines.len(), 22, "{}", r.stdout);
@@ -349,13 +354,7 @@ async fn a_stdout_flood_is_capped_stopped_and_only_its_head_is_shown() {
 async fn a_tmp_fill_is_capped() {
     let server = TestServer::start_with(|c| c.sandbox.max_scratch_bytes = 32 << 20).await;
     let (sid, _) = session_with(&server, "d.json", b"[1]").await;
-    let r = server
-        .codemode(ALICE)
-        .await
-        .exec(probe(&sid, &["fill"]))
-        .await
-        .unwrap()
-        .into_inner();
+    let r = exec_as_alice(&server, probe(&sid, &["fill"])).await;
     assert_eq!(status(&r), ExecStatus::OutputLimit, "{r:?}");
     assert!(
         r.message
@@ -571,13 +570,7 @@ async fn limits_above_the_ceiling_are_clamped_and_reported() {
     let (sid, _) = session_with(&server, "d.json", b"[1]").await;
     let mut req = exec(&sid, "jq", ".");
     req.limits = limits(3_600_000, 64 << 30, 0);
-    let r = server
-        .codemode(ALICE)
-        .await
-        .exec(req)
-        .await
-        .unwrap()
-        .into_inner();
+    let r = exec_as_alice(&server, req).await;
     assert_eq!(status(&r), ExecStatus::Ok);
     assert_eq!(
         r.clamped,
@@ -666,13 +659,7 @@ async fn jq_answer(
 ) -> (String, String, i32) {
     let mut req = exec(sid, "jq", source);
     req.args = args.iter().map(|a| a.to_string()).collect();
-    let r = server
-        .codemode(ALICE)
-        .await
-        .exec(req)
-        .await
-        .unwrap()
-        .into_inner();
+    let r = exec_as_alice(server, req).await;
     (r.stdout, r.stderr, r.exit_code)
 }
 
@@ -1084,13 +1071,7 @@ async fn input_output_module_args_and_scratch_entry_limits_are_each_named_when_h
     let server_big = TestServer::start().await;
     let (sid2, _) = session_with(&server_big, "d.json", b"[1]").await;
     keep.session_id = sid2;
-    let r = server_big
-        .codemode(ALICE)
-        .await
-        .exec(keep)
-        .await
-        .unwrap()
-        .into_inner();
+    let r = exec_as_alice(&server_big, keep).await;
     assert_eq!(status(&r), ExecStatus::Ok, "{}", r.message);
     assert_eq!(r.outputs.len(), 100);
     assert!(
@@ -1117,13 +1098,7 @@ async fn a_closed_sessions_large_stdout_is_cut_to_what_a_reply_holds_and_the_mes
         max_stdout_bytes: 1 << 20,
         ..Default::default()
     });
-    let r = server
-        .codemode(ALICE)
-        .await
-        .exec(req)
-        .await
-        .unwrap()
-        .into_inner();
+    let r = exec_as_alice(&server, req).await;
     assert_eq!(status(&r), ExecStatus::Ok, "{}", r.message);
     assert!(
         r.stdout_payload.is_none(),
@@ -1152,13 +1127,7 @@ async fn a_plain_projection_past_the_old_1_mib_default_is_offloaded_with_a_notic
     let (sid, input) = session_with(&server, "prs.json", data.as_bytes()).await;
     let mut req = exec(&sid, "jq", ".[] | .user");
     req.inputs = vec![input.id.clone()];
-    let r = server
-        .codemode(ALICE)
-        .await
-        .exec(req)
-        .await
-        .unwrap()
-        .into_inner();
+    let r = exec_as_alice(&server, req).await;
     assert_eq!(status(&r), ExecStatus::Ok, "{}", r.message);
     let usage = r.usage.unwrap();
     assert!(usage.stdout_bytes > 1 << 20, "{}", usage.stdout_bytes);
@@ -1181,13 +1150,11 @@ async fn a_plain_projection_past_the_old_1_mib_default_is_offloaded_with_a_notic
 async fn a_flood_with_no_limit_named_is_stopped_at_the_policy_ceiling() {
     let server = TestServer::start_with(|c| c.policy.exec_ceiling.max_stdout_bytes = 3 << 20).await;
     let (sid, _) = session_with(&server, "d.json", b"[1]").await;
-    let r = server
-        .codemode(ALICE)
-        .await
-        .exec(exec(&sid, "python", "while True:\n    print('x' * 8191)"))
-        .await
-        .unwrap()
-        .into_inner();
+    let r = exec_as_alice(
+        &server,
+        exec(&sid, "python", "while True:\n    print('x' * 8191)"),
+    )
+    .await;
     assert_eq!(status(&r), ExecStatus::OutputLimit, "{}", r.message);
     assert_eq!(r.usage.unwrap().stdout_bytes, 3 << 20);
     assert!(r.stdout_payload.is_none());
@@ -1207,13 +1174,7 @@ async fn a_bad_jq_flag_shows_the_error_and_a_pointer_to_help_only() {
     let (sid, _) = session_with(&server, "d.json", b"[1]").await;
     let mut req = exec(&sid, "jq", ".");
     req.args = vec!["--slurpy".into()];
-    let r = server
-        .codemode(ALICE)
-        .await
-        .exec(req)
-        .await
-        .unwrap()
-        .into_inner();
+    let r = exec_as_alice(&server, req).await;
     assert_eq!(
         r.stderr,
         "jq: error: unknown option: --slurpy\n(jq's usage text left out: run jq with args [\"--help\"] for the list of flags)\n"
