@@ -729,6 +729,53 @@ async fn a_leading_iteration_answers_element_by_element_as_jq_does_on_the_whole_
     assert!(err.contains(r#"cannot calculate "x" + 1"#), "{err}");
 }
 
+/// Past what `.[] | f` holds back for one array (8 MiB of output), the rest
+/// of the array is parsed ahead: a JSON error late in a large array still
+/// prints nothing but the error, a valid one prints every output, and a
+/// flood meets the stdout limit, as any flood does, not the memory limit.
+#[tokio::test]
+async fn a_leading_iteration_with_large_outputs_stays_exact_and_bounded() {
+    let server = TestServer::start().await;
+    let records: Vec<String> = (0..100_000)
+        .map(|i| format!("{{\"n\":{i},\"pad\":\"{}\"}}", "p".repeat(80)))
+        .collect();
+    let valid = format!("[{}]", records.join(","));
+    let invalid = format!("[{},{{bad}}]", records.join(","));
+    for (name, data) in [("valid.json", &valid), ("invalid.json", &invalid)] {
+        let (sid, input) = session_with(&server, name, data.as_bytes()).await;
+        let mut answers = Vec::new();
+        for source in [".[] | .", "(.[] | .)"] {
+            let mut req = exec(&sid, "jq", source);
+            req.inputs = vec![input.id.clone()];
+            let r = exec_as_alice(&server, req).await;
+            let usage = r.usage.clone().unwrap();
+            answers.push((
+                status(&r),
+                r.exit_code,
+                usage.stdout_bytes,
+                r.stderr.clone(),
+            ));
+        }
+        assert_eq!(answers[0], answers[1], "{name}");
+        let bytes = answers[0].2;
+        match name {
+            "valid.json" => assert!(bytes > 8 << 20, "{bytes}"),
+            _ => assert!(
+                bytes == 0 && answers[0].3.contains("invalid JSON"),
+                "{:?}",
+                answers[0]
+            ),
+        }
+    }
+
+    let (sid, input) = session_with(&server, "two.json", b"[1, 2]").await;
+    let mut req = exec(&sid, "jq", ".[] | range(100000000)");
+    req.inputs = vec![input.id];
+    req.limits = limits(60_000, 64 << 20, 1 << 20);
+    let r = exec_as_alice(&server, req).await;
+    assert_eq!(status(&r), ExecStatus::OutputLimit, "{}", r.message);
+}
+
 /// `.[] | .user` over an array holds one element at a time, not the whole
 /// array as values: the guest's peak memory stays under three times the
 /// payload, where parsing it whole (`(.[] | .user)`) takes far more.

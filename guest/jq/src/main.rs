@@ -31,6 +31,9 @@ const PAYLOADS_JSON: &str = "/spillway/payloads.json";
 const PAYLOADS_DIR: &str = "/payloads";
 /// At most this many jq errors are printed; later ones are only counted.
 const MAX_REPORTED_ERRORS: usize = 20;
+/// Output of `.[] | f` held back per top-level array before the rest of the
+/// array is parsed ahead (see `Run::each`).
+const HOLD_MAX: usize = 8 << 20;
 
 const USAGE: &str = "\
 usage: jq [OPTIONS] [--args STRING...]
@@ -497,10 +500,14 @@ impl Run<'_> {
     }
 
     /// `f` on each element of `input`, as jq's `.[] | f` on the whole array.
-    /// The outputs are held until every element has parsed: jq parses an
-    /// input whole before running the filter, so for an invalid array it
-    /// prints no output, only the JSON error (the `Err`), even when a jq
-    /// error or `halt` came first.
+    /// The outputs, and what `debug` and `stderr` write, are held until
+    /// every element has parsed: jq parses an input whole before running
+    /// the filter, so for an invalid array it prints no output, only the
+    /// JSON error (the `Err`), even when a jq error or `halt` came first.
+    /// Past [`HOLD_MAX`] bytes held, the rest of the array is parsed ahead
+    /// (and dropped) to know it now, and the outputs flow from then on: what
+    /// is held stays bounded, and a flood meets the stdout limit, not the
+    /// memory limit.
     fn each(
         &mut self,
         f: &Filter,
@@ -508,41 +515,35 @@ impl Run<'_> {
         input: &ArrayInput,
         out: &mut impl Write,
     ) -> io::Result<Result<Ended, String>> {
-        // and what `debug` and `stderr` write, likewise
-        let ran = held_stderr(|| {
-            let ran = self.each_held(f, ctx, input);
-            let valid = matches!(ran, Ok(Some(_)));
-            (ran, valid)
-        })?;
-        let Some((held, ended)) = ran else {
-            return Ok(Err(input.error()));
+        hold_stderr(true);
+        let mut hold = Hold {
+            out,
+            held: Some(Vec::new()),
+            input,
+            taken: 0,
+            invalid: false,
         };
-        out.write_all(&held)?;
-        Ok(Ok(ended))
-    }
-
-    /// [`Run::each`]'s outputs, held, and how it ended; `None` if the array
-    /// does not parse.
-    fn each_held(
-        &mut self,
-        f: &Filter,
-        ctx: &Ctx<DataKind>,
-        input: &ArrayInput,
-    ) -> io::Result<Option<(Vec<u8>, Ended)>> {
-        let mut held = Vec::new();
         let mut ended = Ended::Done;
-        let mut elems = input.array.elements();
-        for elem in elems.by_ref() {
-            let Ok(v) = elem else { return Ok(None) };
-            ended = self.one(f, ctx, v, &mut held)?;
+        for elem in input.array.elements() {
+            hold.taken += 1;
+            let Ok(v) = elem else {
+                // only while holding: once settled, the rest had parsed
+                hold_stderr(false);
+                return Ok(Err(input.error()));
+            };
+            ended = match self.one(f, ctx, v, &mut hold) {
+                Ok(ended) => ended,
+                Err(_) if hold.invalid => return Ok(Err(input.error())),
+                Err(e) => return Err(e),
+            };
             if !matches!(ended, Ended::Done) {
                 break;
             }
         }
-        if elems.any(|e| e.is_err()) {
-            return Ok(None);
-        }
-        Ok(Some((held, ended)))
+        Ok(match hold.settle()? {
+            true => Ok(ended),
+            false => Err(input.error()),
+        })
     }
 
     /// Report a jq error (the first [`MAX_REPORTED_ERRORS`] only).
@@ -765,26 +766,88 @@ fn write_val(
     Ok(())
 }
 
+/// Where `.[] | f` writes its outputs (see [`Run::each`]): held back until
+/// the array is known to parse, then straight through.
+struct Hold<'o, W> {
+    out: &'o mut W,
+    /// `Some` while holding
+    held: Option<Vec<u8>>,
+    input: &'o ArrayInput,
+    /// elements of the array taken so far
+    taken: usize,
+    /// the rest of the array, parsed ahead, does not parse
+    invalid: bool,
+}
+
+impl<W: Write> Hold<'_, W> {
+    /// Parses the rest of the array ahead (if still holding): `false` if it
+    /// does not parse, and what was held is dropped; else it goes out, log
+    /// lines too, and outputs flow from now on.
+    fn settle(&mut self) -> io::Result<bool> {
+        let Some(held) = self.held.take() else {
+            return Ok(!self.invalid);
+        };
+        if self
+            .input
+            .array
+            .elements()
+            .skip(self.taken)
+            .any(|e| e.is_err())
+        {
+            self.invalid = true;
+            hold_stderr(false);
+            return Ok(false);
+        }
+        release_stderr();
+        self.out.write_all(&held)?;
+        Ok(true)
+    }
+}
+
+impl<W: Write> Write for Hold<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let Some(held) = &mut self.held else {
+            return match self.invalid {
+                true => Err(io::Error::other("the array does not parse")),
+                false => self.out.write(buf),
+            };
+        };
+        held.extend_from_slice(buf);
+        // bounded: past this, know now whether the array parses
+        if held.len() > HOLD_MAX && !self.settle()? {
+            return Err(io::Error::other("the array does not parse"));
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self.held {
+            None => self.out.flush(),
+            Some(_) => Ok(()),
+        }
+    }
+}
+
 /// `debug` and `stderr` (jaq-std logs them) go to stderr, as in jq, or,
-/// while [`held_stderr`] holds them, to a buffer.
+/// while [`hold_stderr`] holds them, to a buffer.
 struct StderrLogger;
 
 thread_local! {
-    /// Log output held back (see [`held_stderr`]).
+    /// Log output held back (see [`hold_stderr`]).
     static HELD_STDERR: RefCell<Option<Vec<u8>>> = const { RefCell::new(None) };
 }
 
-/// Runs `f` with what `debug` and `stderr` write held back, then writes it
-/// to stderr if `f` says so (`true`), or drops it.
-fn held_stderr<T>(f: impl FnOnce() -> (T, bool)) -> T {
-    HELD_STDERR.with(|h| *h.borrow_mut() = Some(Vec::new()));
-    let (out, keep) = f();
-    if let Some(held) = HELD_STDERR.with(|h| h.borrow_mut().take())
-        && keep
-    {
+/// From `true`: what `debug` and `stderr` write is held back; `false`
+/// drops what was held and writes through again.
+fn hold_stderr(hold: bool) {
+    HELD_STDERR.with(|h| *h.borrow_mut() = hold.then(Vec::new));
+}
+
+/// Writes what was held back to stderr, and writes through again.
+fn release_stderr() {
+    if let Some(held) = HELD_STDERR.with(|h| h.borrow_mut().take()) {
         let _ = io::stderr().lock().write_all(&held);
     }
-    out
 }
 
 impl log::Log for StderrLogger {
