@@ -748,7 +748,7 @@ async fn a_leading_iteration_with_large_outputs_stays_exact_and_bounded() {
             let mut req = exec(&sid, "jq", source);
             req.inputs = vec![input.id.clone()];
             let r = exec_as_alice(&server, req).await;
-            let usage = r.usage.clone().unwrap();
+            let usage = r.usage.unwrap();
             answers.push((
                 status(&r),
                 r.exit_code,
