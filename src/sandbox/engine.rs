@@ -147,4 +147,4 @@ fn base_config() -> Config {
 }
 
 /// Set (to anything) to write wasmtime's perf map (see `base_config`).
-pub const PERF_MAP_ENV: &str = "SPILLWAY_WASM_PERF_MAP";
+const PERF_MAP_ENV: &str = "SPILLWAY_WASM_PERF_MAP";

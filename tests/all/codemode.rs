@@ -732,7 +732,8 @@ async fn a_leading_iteration_answers_element_by_element_as_jq_does_on_the_whole_
 /// Past what `.[] | f` holds back for one array (8 MiB of output), the rest
 /// of the array is parsed ahead: a JSON error late in a large array still
 /// prints nothing but the error, a valid one prints every output, and a
-/// flood meets the stdout limit, as any flood does, not the memory limit.
+/// flood meets the stdout limit, as any flood does, not the memory limit
+/// (and a flood of `debug` lines the stderr limit).
 #[tokio::test]
 async fn a_leading_iteration_with_large_outputs_stays_exact_and_bounded() {
     let server = TestServer::start().await;
@@ -770,10 +771,19 @@ async fn a_leading_iteration_with_large_outputs_stays_exact_and_bounded() {
 
     let (sid, input) = session_with(&server, "two.json", b"[1, 2]").await;
     let mut req = exec(&sid, "jq", ".[] | range(100000000)");
+    req.inputs = vec![input.id.clone()];
+    req.limits = limits(60_000, 64 << 20, 1 << 20);
+    let r = exec_as_alice(&server, req).await;
+    assert_eq!(status(&r), ExecStatus::OutputLimit, "{}", r.message);
+    assert!(r.message.starts_with("stdout passed"), "{}", r.message);
+
+    // log lines held back are bounded too: a `debug` flood meets stderr's limit
+    let mut req = exec(&sid, "jq", ".[] | range(100000000) | debug | empty");
     req.inputs = vec![input.id];
     req.limits = limits(60_000, 64 << 20, 1 << 20);
     let r = exec_as_alice(&server, req).await;
     assert_eq!(status(&r), ExecStatus::OutputLimit, "{}", r.message);
+    assert!(r.message.starts_with("stderr passed"), "{}", r.message);
 }
 
 /// `.[] | .user` over an array holds one element at a time, not the whole

@@ -96,14 +96,14 @@ pub enum Input {
 /// A top-level array, and what to say if it turns out not to parse.
 pub struct ArrayInput {
     pub array: stream::Array,
-    buf: Rc<Vec<u8>>,
     name: String,
 }
 
 impl ArrayInput {
     /// jaq's own message for the invalid JSON from this array on.
     pub fn error(&self) -> String {
-        match SliceVals::new(self.buf.clone(), self.array.start, self.name.clone()).next() {
+        let buf = self.array.buf().clone();
+        match SliceVals::new(buf, self.array.start, self.name.clone()).next() {
             Some(Err(e)) => e,
             // the scan and jaq's parser disagree on validity: never seen; say what is known
             _ => format!(
@@ -305,7 +305,7 @@ impl Iterator for ScannedVals {
             Found::End => return None,
             Found::Array(array) => {
                 let name = self.name.clone();
-                return Some(Ok(Input::Array(ArrayInput { array, buf, name })));
+                return Some(Ok(Input::Array(ArrayInput { array, name })));
             }
             Found::Value(at) => match jaq_json::read::parse_single(&buf[at.clone()]) {
                 Ok(v) => return Some(Ok(Input::Val(v))),

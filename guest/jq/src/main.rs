@@ -32,7 +32,7 @@ const PAYLOADS_DIR: &str = "/payloads";
 /// At most this many jq errors are printed; later ones are only counted.
 const MAX_REPORTED_ERRORS: usize = 20;
 /// Output of `.[] | f` held back per top-level array before the rest of the
-/// array is parsed ahead (see `Run::each`).
+/// array is parsed ahead (see `Run::each`); also the most log lines held.
 const HOLD_MAX: usize = 8 << 20;
 
 const USAGE: &str = "\
@@ -507,7 +507,8 @@ impl Run<'_> {
     /// Past [`HOLD_MAX`] bytes held, the rest of the array is parsed ahead
     /// (and dropped) to know it now, and the outputs flow from then on: what
     /// is held stays bounded, and a flood meets the stdout limit, not the
-    /// memory limit.
+    /// memory limit. Log lines past [`HOLD_MAX`] go out as they come (see
+    /// [`StderrLogger`]).
     fn each(
         &mut self,
         f: &Filter,
@@ -862,12 +863,22 @@ impl log::Log for StderrLogger {
             // `debug`: ["DEBUG:",<value>]
             _ => writeln!(line, "[\"DEBUG:\",{}]", record.args()),
         };
-        HELD_STDERR.with(|h| match &mut *h.borrow_mut() {
-            Some(held) => held.extend_from_slice(&line),
+        let mut held = HELD_STDERR.with(|h| h.borrow_mut().take());
+        match &mut held {
+            // bounded: past HOLD_MAX, log lines go out even if the array
+            // later turns out not to parse (they are diagnostics, and a
+            // flood of them then meets the stderr limit)
+            Some(h) if h.len() + line.len() <= HOLD_MAX => h.extend_from_slice(&line),
+            Some(h) => {
+                let mut err = io::stderr().lock();
+                let _ = err.write_all(h).and_then(|()| err.write_all(&line));
+                held = None;
+            }
             None => {
                 let _ = io::stderr().lock().write_all(&line);
             }
-        });
+        }
+        HELD_STDERR.with(|h| *h.borrow_mut() = held);
     }
     fn flush(&self) {}
 }

@@ -160,6 +160,11 @@ impl Array {
         })
     }
 
+    /// The payload's bytes the array is in.
+    pub fn buf(&self) -> &Rc<Vec<u8>> {
+        &self.buf
+    }
+
     /// The whole array as one value (for `input` and `inputs`), or `Err(())`
     /// as for [`Array::elements`].
     pub fn parse(&self) -> Result<Val, ()> {
