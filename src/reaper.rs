@@ -37,7 +37,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
-use crate::audit::{AuditLog, NewEvent, deletion_event};
+use crate::audit::{AuditWriter, NewEvent, deletion_event};
 use crate::store::Store;
 use crate::store::{REAPER, ReapStep, ReceiptRecord};
 
@@ -170,7 +170,7 @@ impl Drop for ReaperGuard {
 /// Starts the reaper; it runs until the returned guard is dropped.
 pub fn spawn(
     store: Arc<Store>,
-    audit_log: Arc<AuditLog>,
+    audit: AuditWriter,
     config: ReaperConfig,
 ) -> (ReaperHandle, ReaperGuard) {
     let holder = replica_id();
@@ -238,7 +238,7 @@ pub fn spawn(
                 }
             };
             crate::metrics::reaper_lag(Duration::from_millis(step.lag_ms));
-            audit(&audit_log, &step.receipts).await;
+            append(&audit, &step.receipts).await;
             if !step.receipts.is_empty() || step.held > 0 || step.failed > 0 {
                 tracing::info!(
                     deleted = step.receipts.len(),
@@ -270,14 +270,12 @@ pub fn spawn(
 }
 
 /// Appends one audit event per reaper deletion.
-async fn audit(audit_log: &Arc<AuditLog>, receipts: &[ReceiptRecord]) {
+async fn append(audit: &AuditWriter, receipts: &[ReceiptRecord]) {
     if receipts.is_empty() {
         return;
     }
     let events: Vec<NewEvent> = receipts.iter().map(|r| deletion_event(r, REAPER)).collect();
-    let audit_log = audit_log.clone();
-    let appended = tokio::task::spawn_blocking(move || audit_log.append_all(events)).await;
-    if !matches!(appended, Ok(Ok(_))) {
+    if audit.append_all(events).await.is_err() {
         tracing::error!("could not audit the reaper's deletions; their receipts are stored");
     }
 }

@@ -20,7 +20,7 @@ use crate::api::{
     AuditService, Authenticator, CodeModeService, ContextService, PayloadsService, PoliciesService,
     SessionsService,
 };
-use crate::audit::AuditLog;
+use crate::audit::{AuditLog, AuditWriter};
 use crate::auth::TokenTable;
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
@@ -113,6 +113,9 @@ pub enum ServerError {
     /// The store could not be opened.
     #[error("cannot open the store: {0}")]
     Store(#[from] StoreError),
+    /// The audit writer's thread could not be started.
+    #[error("cannot start the audit writer thread: {0}")]
+    AuditWriter(#[source] std::io::Error),
     /// The code-mode sandbox could not be set up.
     #[error("cannot start code mode: {0}")]
     Sandbox(#[from] SandboxError),
@@ -267,8 +270,9 @@ pub async fn run_with_clock(
     };
     sandbox.warm_up();
 
+    let audit_writer = AuditWriter::start(&audit_log).map_err(ServerError::AuditWriter)?;
     let (reaper, _reaper_guard) =
-        crate::reaper::spawn(store.clone(), audit_log.clone(), config.reaper.clone());
+        crate::reaper::spawn(store.clone(), audit_writer.clone(), config.reaper.clone());
     let reaper_holder = reaper.holder().to_owned();
     let _purger_guard = (!config.store.blobs.is_empty())
         .then(|| crate::reaper::spawn_purger(store.clone(), config.store.purge_interval));
@@ -276,6 +280,7 @@ pub async fn run_with_clock(
     let state = Service::new(
         store.clone(),
         audit_log,
+        audit_writer,
         inspect_cache,
         config.clone(),
         sandbox,

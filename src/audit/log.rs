@@ -289,6 +289,11 @@ impl AuditLog {
         }
     }
 
+    /// The name of the engine the log is stored in.
+    pub fn engine_name(&self) -> &'static str {
+        self.engine.name()
+    }
+
     /// Appends one event; returns it sealed, once durable.
     pub fn append(&self, event: NewEvent) -> Result<AuditEvent> {
         let mut sealed = self.append_all(vec![event])?;
@@ -301,29 +306,60 @@ impl AuditLog {
         if events.is_empty() {
             return Ok(Vec::new());
         }
+        let mut sealed = self.append_groups(vec![events]);
+        sealed.pop().expect("one group in, one result out")
+    }
+
+    /// Appends several callers' events, each group in order, and returns
+    /// each group's sealed events (or the error of its commit) once
+    /// durable, in the order given. Groups join the same queue as
+    /// [`AuditLog::append_all`], so concurrent appends of either kind are
+    /// committed together (see [`super::AuditWriter`]).
+    pub fn append_groups(&self, groups: Vec<Vec<NewEvent>>) -> Vec<Result<Vec<AuditEvent>>> {
         let start = std::time::Instant::now();
-        let out = self.append_queued(events);
+        let out = self.append_queued(groups);
         crate::metrics::audit_append(start.elapsed());
         out
     }
 
-    /// Joins the queue of appends and waits for the commit that seals these.
-    fn append_queued(&self, events: Vec<NewEvent>) -> Result<Vec<AuditEvent>> {
+    /// Joins the queue of appends and waits for the commits that seal these.
+    fn append_queued(&self, groups: Vec<Vec<NewEvent>>) -> Vec<Result<Vec<AuditEvent>>> {
         let mut q = lock(&self.queue);
-        let ticket = q.next_ticket;
-        q.next_ticket += 1;
-        q.waiting.push((ticket, events));
+        let first = q.next_ticket;
+        q.next_ticket += groups.len() as u64;
+        // An empty group is done already; the rest wait for their commit.
+        let mut out: Vec<Option<Result<Vec<AuditEvent>>>> = groups
+            .iter()
+            .map(|events| events.is_empty().then(|| Ok(Vec::new())))
+            .collect();
+        q.waiting.extend(
+            (first..)
+                .zip(groups)
+                .filter(|(_, events)| !events.is_empty()),
+        );
         loop {
-            if let Some(result) = q.done.remove(&ticket) {
-                return result;
+            for (slot, ticket) in out.iter_mut().zip(first..) {
+                if slot.is_none() {
+                    *slot = q.done.remove(&ticket);
+                }
+            }
+            if out.iter().all(Option::is_some) {
+                return out.into_iter().flatten().collect();
             }
             if !q.committing {
-                // Lead: commit everything waiting now, this caller's included.
+                // Lead: commit everything waiting now, these included.
                 q.committing = true;
                 let group = std::mem::take(&mut q.waiting);
                 drop(q);
                 let tickets: Vec<u64> = group.iter().map(|(t, _)| *t).collect();
-                let result = self.commit_group(group);
+                // A panic here must not leave the queue committing forever.
+                let committed = std::panic::AssertUnwindSafe(|| self.commit_group(group));
+                let result = std::panic::catch_unwind(committed).unwrap_or_else(|_| {
+                    Err(StoreError::Engine(EngineError::new(
+                        self.engine.name(),
+                        "the audit commit failed unexpectedly and nothing was appended; retry the call",
+                    )))
+                });
                 q = lock(&self.queue);
                 match result {
                     Ok(sealed) => q
@@ -686,7 +722,7 @@ fn decode_token(token: &str, head: u64) -> Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::audit::{action, verify};
+    use crate::audit::{AuditWriter, action, verify};
     use crate::clock::ManualClock;
     use crate::store::engine::{Entry, KeyRange};
     use crate::store::{RedbEngine, SledEngine};
@@ -858,6 +894,7 @@ mod tests {
     struct Wrapped {
         inner: Arc<dyn Engine>,
         fail: std::sync::atomic::AtomicBool,
+        panic: std::sync::atomic::AtomicBool,
         delay: std::time::Duration,
         commits: std::sync::atomic::AtomicU64,
     }
@@ -867,6 +904,7 @@ mod tests {
             Arc::new(Wrapped {
                 inner,
                 fail: false.into(),
+                panic: false.into(),
                 delay,
                 commits: 0.into(),
             })
@@ -888,6 +926,9 @@ mod tests {
             std::thread::sleep(self.delay);
             if self.fail.load(SeqCst) {
                 return Err(EngineError::new("wrapped", "disk on fire"));
+            }
+            if self.panic.swap(false, SeqCst) {
+                panic!("an engine bug");
             }
             self.commits.fetch_add(1, SeqCst);
             self.inner.commit(b)
@@ -913,6 +954,19 @@ mod tests {
     }
 
     #[test]
+    fn a_panicking_commit_fails_its_appends_and_the_next_append_commits() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let f = fixture();
+        let wrapped = Wrapped::new(f.engine.clone(), std::time::Duration::ZERO);
+        let log = AuditLog::new(wrapped.clone(), Arc::new(f.clock.clone()));
+        wrapped.panic.store(true, SeqCst);
+        let err = log.append(ev(1, "acme")).unwrap_err();
+        assert!(err.to_string().contains("failed unexpectedly"), "{err}");
+        assert_eq!(log.append(ev(2, "acme")).unwrap().seq, 1);
+        assert!(log.verify("acme").unwrap().outcome.ok);
+    }
+
+    #[test]
     fn concurrent_appends_share_commits() {
         let f = fixture();
         let wrapped = Wrapped::new(f.engine.clone(), std::time::Duration::from_millis(5));
@@ -930,6 +984,87 @@ mod tests {
         let commits = wrapped.commits.load(std::sync::atomic::Ordering::SeqCst);
         assert!(commits < 60, "80 appends took {commits} commits");
         assert_eq!(log.verify("acme").unwrap().outcome.events_checked, 80);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn async_appends_through_the_writer_share_commits_and_form_one_gapless_chain() {
+        let f = fixture();
+        let wrapped = Wrapped::new(f.engine.clone(), std::time::Duration::from_millis(5));
+        let log = Arc::new(AuditLog::new(wrapped.clone(), Arc::new(f.clock.clone())));
+        let writer = AuditWriter::start(&log).unwrap();
+        let tasks: Vec<_> = (0..64u64)
+            .map(|i| {
+                let w = writer.clone();
+                tokio::spawn(async move { w.append_all(vec![ev(i, "acme")]).await })
+            })
+            .collect();
+        let mut seqs = Vec::new();
+        for t in tasks {
+            let sealed = t.await.unwrap().unwrap();
+            assert_eq!(sealed.len(), 1);
+            seqs.push(sealed[0].seq);
+        }
+        seqs.sort_unstable();
+        assert_eq!(seqs, (1..=64).collect::<Vec<u64>>());
+        let commits = wrapped.commits.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(commits < 32, "64 appends took {commits} commits");
+        assert_eq!(log.verify("acme").unwrap().outcome.events_checked, 64);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn an_async_append_keeps_its_order_and_an_empty_one_commits_nothing() {
+        let f = fixture();
+        let wrapped = Wrapped::new(f.engine.clone(), std::time::Duration::ZERO);
+        let log = Arc::new(AuditLog::new(wrapped.clone(), Arc::new(f.clock.clone())));
+        let writer = AuditWriter::start(&log).unwrap();
+        assert!(writer.append_all(Vec::new()).await.unwrap().is_empty());
+        assert_eq!(wrapped.commits.load(std::sync::atomic::Ordering::SeqCst), 0);
+        let events = vec![ev(1, "acme"), ev(2, "other"), ev(3, "acme")];
+        let sealed = writer.append_all(events).await.unwrap();
+        let got: Vec<(&str, u64, &str)> = sealed
+            .iter()
+            .map(|e| (e.tenant.as_str(), e.seq, e.payload_id.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("acme", 1, "pl_1"),
+                ("other", 1, "pl_2"),
+                ("acme", 2, "pl_3")
+            ]
+        );
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_writer_does_not_keep_the_log_open_and_fails_appends_after_it_closes() {
+        let f = fixture();
+        let log = Arc::new(AuditLog::new(f.engine.clone(), Arc::new(f.clock.clone())));
+        let writer = AuditWriter::start(&log).unwrap();
+        writer.append_all(vec![ev(1, "acme")]).await.unwrap();
+        let weak = Arc::downgrade(&log);
+        drop(log);
+        assert!(
+            weak.upgrade().is_none(),
+            "the writer holds the log between commits"
+        );
+        let err = writer.append_all(vec![ev(2, "acme")]).await.unwrap_err();
+        assert!(err.to_string().contains("audit log is closed"), "{err}");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_failed_commit_fails_its_async_callers_and_the_writer_keeps_going() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let f = fixture();
+        let wrapped = Wrapped::new(f.engine.clone(), std::time::Duration::ZERO);
+        let log = Arc::new(AuditLog::new(wrapped.clone(), Arc::new(f.clock.clone())));
+        let writer = AuditWriter::start(&log).unwrap();
+        wrapped.fail.store(true, SeqCst);
+        let err = writer.append_all(vec![ev(1, "acme")]).await.unwrap_err();
+        assert!(err.to_string().contains("disk on fire"), "{err}");
+        wrapped.fail.store(false, SeqCst);
+        let sealed = writer.append_all(vec![ev(2, "acme")]).await.unwrap();
+        assert_eq!(sealed[0].seq, 1, "the failed append consumed no seq");
+        assert!(log.verify("acme").unwrap().outcome.ok);
     }
 
     #[test]

@@ -6,6 +6,8 @@
 //! - [`log`]: the stored log, one chain per tenant: durable, serialized
 //!   (group-committed) appends, queries with filters and paging, and
 //!   verification against the stored head.
+//! - [`AuditWriter`]: the async door to the log, a writer thread that
+//!   group-commits what async callers send.
 //! - [`action`] and [`outcome`]: the names events use.
 //!
 //! `scripts/verify_audit.py` verifies an export with nothing but Python's
@@ -13,12 +15,14 @@
 
 pub mod chain;
 pub mod log;
+mod writer;
 
 pub use chain::{
     AuditEvent, ChainBuilder, GENESIS_HASH, Verifier, VerifyOutcome, event_time, seal, verify,
     verify_export,
 };
 pub use log::{AuditLog, Filter, NewEvent, Verified};
+pub use writer::AuditWriter;
 
 use crate::ids::SessionId;
 use crate::store::records::ReceiptRecord;

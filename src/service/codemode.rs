@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use std::io::Read as _;
 use std::time::{Duration, Instant};
 
-use super::{Service, blocking, joined, redact_bytes, redaction_detail};
+use super::{Service, in_place, joined, redact_bytes, redaction_detail};
 use crate::audit::{NewEvent, action};
 use crate::auth::Principal;
 use crate::auth::access::{Access, Rpc, Source};
@@ -159,7 +159,8 @@ impl Service {
             scope.parent = self.readable_parent(p, &session).await?;
             let (s, ids, runtime, args) =
                 (scope, r.inputs.clone(), r.runtime.clone(), r.args.clone());
-            let resolved = blocking(move || resolve_inputs(&store, &s, &ids, &runtime, args)).await;
+            // Record lookups and opens: short, so no hop to the pool.
+            let resolved = in_place(move || resolve_inputs(&store, &s, &ids, &runtime, args)).await;
             let sid = session.id.as_str();
             self.refusal(p, Rpc::Exec, resolved, sid, "").await?
         };

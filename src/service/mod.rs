@@ -38,7 +38,7 @@ pub use sessions::{CreateSession, SessionFilter, StateFilter};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use crate::audit::{AuditLog, NewEvent, action, outcome};
+use crate::audit::{AuditLog, AuditWriter, NewEvent, action, outcome};
 use crate::auth::access::{self, Access, Relation, Rpc, SessionOwnership, Target};
 use crate::auth::{AuthError, Principal};
 use crate::config::Config;
@@ -60,8 +60,11 @@ use crate::store::{Store, StoreError};
 pub struct Service {
     /// The store.
     store: Arc<Store>,
-    /// The audit log, over the store's engine.
+    /// The audit log, over the store's engine: read here, appended
+    /// through `audit_writer`.
     audit_log: Arc<AuditLog>,
+    /// The async door for appends.
+    audit_writer: AuditWriter,
     /// Inspect results by content hash.
     inspect_cache: Arc<StructureCache>,
     /// The configuration the server runs with.
@@ -86,10 +89,12 @@ pub struct Service {
 const REDACTOR_CACHE: usize = 256;
 
 impl Service {
-    /// Builds the service over an open store and sandbox.
+    /// Builds the service over an open store and sandbox; `audit_writer`
+    /// appends to `audit_log`.
     pub fn new(
         store: Arc<Store>,
         audit_log: Arc<AuditLog>,
+        audit_writer: AuditWriter,
         inspect_cache: Arc<StructureCache>,
         config: Arc<Config>,
         sandbox: Arc<Sandbox>,
@@ -129,6 +134,7 @@ impl Service {
         Self {
             store,
             audit_log,
+            audit_writer,
             inspect_cache,
             config,
             upload_slots,
@@ -217,8 +223,11 @@ impl Service {
             .into_iter()
             .map(|e| e.by(&principal.id, &principal.tenant))
             .collect();
-        let log = self.audit_log.clone();
-        in_place(move || log.append_all(events)).await.map(drop)
+        self.audit_writer
+            .append_all(events)
+            .await
+            .map(drop)
+            .map_err(Into::into)
     }
 
     /// Passes `result` through, after appending `event` with outcome
@@ -574,7 +583,7 @@ where
     joined(tokio::task::spawn_blocking(f)).await
 }
 
-/// Runs a short blocking store call (a record lookup, an audit append)
+/// Runs a short blocking store call (a record lookup)
 /// without stalling the runtime's other tasks. On a multi-thread runtime it
 /// runs right here, in [`tokio::task::block_in_place`]: the worker first
 /// hands its other tasks to another thread, so this task needs no hop to
