@@ -130,7 +130,7 @@ bench: images postgres seaweedfs ## Benchmarks with ratios against raw disk, ser
 	mv BENCHMARKS.md.new BENCHMARKS.md
 	$(MAKE) mcp-bench
 
-reliability: images postgres seaweedfs ## Release build, then the full reliability suite against the real binary (about 12 minutes); writes RELIABILITY.md
+reliability: images postgres seaweedfs ## Release build, then the full reliability suite against the real binary (about 15 minutes on 2 cores); writes RELIABILITY.md
 	$(CARGO) build --release --locked --bin spillway --example reliability
 	$(CARGO) run --release --locked --quiet --example reliability -- --out RELIABILITY.md $(RELIABILITY_ARGS)
 

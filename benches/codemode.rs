@@ -316,7 +316,7 @@ async fn main() {
 
     println!("# Code mode ({}, wasmtime 48)\n", machine());
     if section("warm") {
-        warm_table(rounds, &mut code, &session).await;
+        warm_table(rounds, &mut code, &session, server.dir.path()).await;
         if let Some(baseline) = std::env::var_os("SPILLWAY_BENCH_BASELINE_IMAGES") {
             baseline_table(rounds, &mut code, &session, Path::new(&baseline)).await;
         }
@@ -341,7 +341,7 @@ fn load_average() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
-async fn warm_table(rounds: usize, code: &mut Code, session: &str) {
+async fn warm_table(rounds: usize, code: &mut Code, session: &str, data: &Path) {
     println!("## Warm exec, empty script, end to end over gRPC\n");
     println!(
         "| runtime | p50 | p99 | max | server-side p50: directory / instantiate / guest run | runs |"
@@ -385,6 +385,45 @@ async fn warm_table(rounds: usize, code: &mut Code, session: &str) {
         );
     }
     parts_table(&parts);
+    let sync = sync_floor(data, runs);
+    let audit = |runtime: &str| {
+        let (_, runs) = parts.iter().find(|(r, _)| *r == runtime)?;
+        let mut x: Vec<f64> = runs.iter().map(|(_, u)| u.audit_us as f64).collect();
+        x.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        Some(percentile(&x, 0.5))
+    };
+    let ratios: Vec<String> = EMPTY
+        .iter()
+        .filter_map(|(r, _, _)| audit(r).map(|a| format!("{r} {:.2}", a / sync)))
+        .collect();
+    println!(
+        "\nThe floor of the audit part, measured after these runs on the same file system: one \
+         4 KiB `pwrite` and `fdatasync` of a file in the server's directory, p50 of {runs}: \
+         {sync:.0} µs. The audit part against it: {}.",
+        ratios.join(", ")
+    );
+}
+
+/// The p50, in microseconds, of one 4 KiB overwrite and `fdatasync` of a
+/// file under `dir`: what one durable commit cannot go below.
+fn sync_floor(dir: &Path, runs: usize) -> f64 {
+    use std::os::unix::fs::FileExt;
+    let path = dir.join("sync-floor");
+    let file = std::fs::File::create(&path).unwrap();
+    let page = [7u8; 4096];
+    file.write_all_at(&page, 0).unwrap();
+    file.sync_all().unwrap();
+    let mut t: Vec<f64> = (0..runs)
+        .map(|_| {
+            let started = Instant::now();
+            file.write_all_at(&page, 0).unwrap();
+            file.sync_data().unwrap();
+            started.elapsed().as_secs_f64() * 1e6
+        })
+        .collect();
+    std::fs::remove_file(&path).unwrap();
+    t.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    percentile(&t, 0.5)
 }
 
 /// Where a warm exec's time goes: the p50 of each part the server reports

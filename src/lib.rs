@@ -55,7 +55,8 @@
 //!   directories and limits. The only module that names wasmtime.
 //! - [`audit`]: audit events in a tamper-evident hash chain: canonical
 //!   form, sealing, streaming verification, export lines; and the stored
-//!   log, one chain per tenant, with durable appends and queries. A room
+//!   log, one chain per tenant, with durable appends (group-committed; the
+//!   service's go through the audit writer's thread) and queries. A room
 //!   beside the store, over the same engine handle
 //!   ([`store::open_engine`]).
 //! - [`service`]: one function per operation, taking a principal and domain

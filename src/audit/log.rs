@@ -756,6 +756,13 @@ mod tests {
     }
 
     impl Fixture {
+        /// A log over this fixture's engine seen through a [`Wrapped`] one.
+        fn wrapped(&self, delay: std::time::Duration) -> (Arc<Wrapped>, Arc<AuditLog>) {
+            let wrapped = Wrapped::new(self.engine.clone(), delay);
+            let log = AuditLog::new(wrapped.clone(), Arc::new(self.clock.clone()));
+            (wrapped, Arc::new(log))
+        }
+
         /// A fresh log over the same engine, as after a restart.
         fn reopen(&mut self) {
             self.log = AuditLog::new(self.engine.clone(), Arc::new(self.clock.clone()));
@@ -942,8 +949,7 @@ mod tests {
     fn a_failed_commit_consumes_no_seq() {
         use std::sync::atomic::Ordering::SeqCst;
         let f = fixture();
-        let wrapped = Wrapped::new(f.engine.clone(), std::time::Duration::ZERO);
-        let log = AuditLog::new(wrapped.clone(), Arc::new(f.clock.clone()));
+        let (wrapped, log) = f.wrapped(std::time::Duration::ZERO);
         log.append(ev(1, "acme")).unwrap();
         wrapped.fail.store(true, SeqCst);
         let err = log.append(ev(2, "acme")).unwrap_err();
@@ -957,8 +963,7 @@ mod tests {
     fn a_panicking_commit_fails_its_appends_and_the_next_append_commits() {
         use std::sync::atomic::Ordering::SeqCst;
         let f = fixture();
-        let wrapped = Wrapped::new(f.engine.clone(), std::time::Duration::ZERO);
-        let log = AuditLog::new(wrapped.clone(), Arc::new(f.clock.clone()));
+        let (wrapped, log) = f.wrapped(std::time::Duration::ZERO);
         wrapped.panic.store(true, SeqCst);
         let err = log.append(ev(1, "acme")).unwrap_err();
         assert!(err.to_string().contains("failed unexpectedly"), "{err}");
@@ -969,8 +974,7 @@ mod tests {
     #[test]
     fn concurrent_appends_share_commits() {
         let f = fixture();
-        let wrapped = Wrapped::new(f.engine.clone(), std::time::Duration::from_millis(5));
-        let log = AuditLog::new(wrapped.clone(), Arc::new(f.clock.clone()));
+        let (wrapped, log) = f.wrapped(std::time::Duration::from_millis(5));
         std::thread::scope(|s| {
             for t in 0..8u64 {
                 let log = &log;
@@ -989,8 +993,7 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn async_appends_through_the_writer_share_commits_and_form_one_gapless_chain() {
         let f = fixture();
-        let wrapped = Wrapped::new(f.engine.clone(), std::time::Duration::from_millis(5));
-        let log = Arc::new(AuditLog::new(wrapped.clone(), Arc::new(f.clock.clone())));
+        let (wrapped, log) = f.wrapped(std::time::Duration::from_millis(5));
         let writer = AuditWriter::start(&log).unwrap();
         let tasks: Vec<_> = (0..64u64)
             .map(|i| {
@@ -1014,8 +1017,7 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn an_async_append_keeps_its_order_and_an_empty_one_commits_nothing() {
         let f = fixture();
-        let wrapped = Wrapped::new(f.engine.clone(), std::time::Duration::ZERO);
-        let log = Arc::new(AuditLog::new(wrapped.clone(), Arc::new(f.clock.clone())));
+        let (wrapped, log) = f.wrapped(std::time::Duration::ZERO);
         let writer = AuditWriter::start(&log).unwrap();
         assert!(writer.append_all(Vec::new()).await.unwrap().is_empty());
         assert_eq!(wrapped.commits.load(std::sync::atomic::Ordering::SeqCst), 0);
@@ -1055,8 +1057,7 @@ mod tests {
     async fn a_failed_commit_fails_its_async_callers_and_the_writer_keeps_going() {
         use std::sync::atomic::Ordering::SeqCst;
         let f = fixture();
-        let wrapped = Wrapped::new(f.engine.clone(), std::time::Duration::ZERO);
-        let log = Arc::new(AuditLog::new(wrapped.clone(), Arc::new(f.clock.clone())));
+        let (wrapped, log) = f.wrapped(std::time::Duration::ZERO);
         let writer = AuditWriter::start(&log).unwrap();
         wrapped.fail.store(true, SeqCst);
         let err = writer.append_all(vec![ev(1, "acme")]).await.unwrap_err();
