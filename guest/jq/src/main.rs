@@ -791,8 +791,7 @@ impl<W: Write> Hold<'_, W> {
         if self
             .input
             .array
-            .elements()
-            .skip(self.taken)
+            .elements_from(self.taken)
             .any(|e| e.is_err())
         {
             self.invalid = true;

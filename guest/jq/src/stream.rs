@@ -155,7 +155,14 @@ impl Array {
     /// Each element, parsed; `Err(())` for one that does not parse (the
     /// caller asks jaq's whole-value parser for the message).
     pub fn elements(&self) -> impl Iterator<Item = Result<Val, ()>> + '_ {
-        self.elems.iter().map(|&(from, to)| {
+        self.elements_from(0)
+    }
+
+    /// [`Array::elements`] after the first `skip`, which are not parsed
+    /// (`elements().skip(n)` would parse each skipped one).
+    pub fn elements_from(&self, skip: usize) -> impl Iterator<Item = Result<Val, ()>> + '_ {
+        let rest = self.elems.get(skip..).unwrap_or_default();
+        rest.iter().map(|&(from, to)| {
             jaq_json::read::parse_single(&self.buf[from as usize..to as usize]).map_err(|_| ())
         })
     }
@@ -354,5 +361,22 @@ mod tests {
         let mut scan = Scanner::new(Rc::new(b"[1] , 2".to_vec()));
         assert!(matches!(scan.next_found(), Found::Array(_)));
         assert!(matches!(scan.next_found(), Found::Unknown(4)));
+    }
+
+    #[test]
+    fn elements_from_gives_the_elements_after_the_skipped_ones() {
+        let text = r#"[1, "a,]", {"b": [2, 3]}, null, [4]]"#;
+        let mut scan = Scanner::new(Rc::new(text.as_bytes().to_vec()));
+        let Found::Array(a) = scan.next_found() else {
+            panic!("not scanned as an array")
+        };
+        let show = |it: &mut dyn Iterator<Item = Result<Val, ()>>| -> Vec<String> {
+            it.map(|v| format!("{}", v.unwrap())).collect()
+        };
+        for skip in 0..=6 {
+            let expected = show(&mut a.elements().skip(skip));
+            assert_eq!(show(&mut a.elements_from(skip)), expected, "skip {skip}");
+        }
+        assert_eq!(show(&mut a.elements_from(3)), ["null", "[4]"]);
     }
 }
