@@ -13,6 +13,7 @@ use std::ffi::OsString;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use sled::Transactional;
 use sled::transaction::TransactionError;
@@ -20,6 +21,14 @@ use sled::transaction::TransactionError;
 use super::engine::{Batch, Engine, EngineError, Entry, KeyRange, Tree};
 
 const NAME: &str = "sled";
+
+/// How long [`SledEngine::open`] waits for the lock on sled's log file.
+///
+/// sled 0.34 lets go of that lock only when its last background thread
+/// ends, which can be moments after the previous `Db` was dropped
+/// (spacejam/sled#1289), so an open right after a close in the same
+/// process can find it still held.
+const LOCK_WAIT: Duration = Duration::from_secs(5);
 
 fn err(e: impl std::fmt::Display) -> EngineError {
     EngineError::new(NAME, e)
@@ -43,6 +52,7 @@ impl SledEngine {
     /// Opens the database at `path` with a page cache of at most
     /// `cache_bytes` (sled's own default is 1 GiB).
     pub fn open(path: &Path, cache_bytes: usize) -> Result<Self, EngineError> {
+        wait_for_lock(&path.join("db"), LOCK_WAIT)?;
         let db = sled::Config::new()
             .path(path)
             .cache_capacity(cache_bytes as u64)
@@ -158,10 +168,76 @@ impl Engine for SledEngine {
     }
 }
 
+/// Waits until nothing holds the lock on sled's log file at `log`, for at
+/// most `wait`. sled itself only tries once; a lock that outlives `wait`
+/// belongs to another process, and the error says so.
+fn wait_for_lock(log: &Path, wait: Duration) -> Result<(), EngineError> {
+    let file = match File::open(log) {
+        Ok(file) => file,
+        // A new database: sled creates the file and takes the lock.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(err(e)),
+    };
+    let deadline = Instant::now() + wait;
+    let mut pause = Duration::from_millis(2);
+    loop {
+        match file.try_lock() {
+            // Dropping `file` lets go of the probe's own lock.
+            Ok(()) => return Ok(()),
+            Err(std::fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(100));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(err(format_args!(
+                    "the database is still locked after {} s: another process \
+                     is using this data directory; stop it, or give this server \
+                     its own data directory",
+                    wait.as_secs_f64()
+                )));
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(err(e)),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn passes_the_engine_conformance_suite_and_keeps_commits_across_reopen() {
-        super::super::engine::file_conformance("meta.sled", super::SledEngine::open);
+        super::super::engine::file_conformance("meta.sled", SledEngine::open);
+    }
+
+    #[test]
+    fn an_open_waits_for_a_lock_let_go_moments_later() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("meta.sled");
+        drop(SledEngine::open(&path, 1 << 20).unwrap());
+        let holder = File::open(path.join("db")).unwrap();
+        holder.lock().unwrap();
+        let releaser = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(150));
+            drop(holder);
+        });
+        let started = Instant::now();
+        SledEngine::open(&path, 1 << 20).unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(100));
+        releaser.join().unwrap();
+    }
+
+    #[test]
+    fn a_lock_held_past_the_wait_fails_naming_what_to_do() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("db");
+        let holder = File::create(&log).unwrap();
+        holder.lock().unwrap();
+        let e = wait_for_lock(&log, Duration::from_millis(50)).unwrap_err();
+        let message = e.to_string();
+        assert!(message.contains("still locked"), "{message}");
+        assert!(message.contains("another process"), "{message}");
+        drop(holder);
+        wait_for_lock(&log, Duration::from_millis(50)).unwrap();
     }
 }
