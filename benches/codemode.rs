@@ -349,6 +349,7 @@ async fn warm_table(rounds: usize, code: &mut Code, session: &str, data: &Path) 
     println!("| --- | --- | --- | --- | --- | --- |");
     let runs = 200 * rounds / 3;
     let mut parts = Vec::new();
+    let mut commits = Vec::new();
     for (runtime, _, _) in EMPTY {
         let req = empty_exec(session, runtime);
         // Warm-up: compiles or loads the image, fills the instance pool.
@@ -356,6 +357,7 @@ async fn warm_table(rounds: usize, code: &mut Code, session: &str, data: &Path) 
             let r = code.exec(req.clone()).await.unwrap().into_inner();
             assert_eq!(r.status, proto::ExecStatus::Ok as i32, "{runtime}: {r:?}");
         }
+        let commits_before = audit_commits();
         let mut v = Vec::with_capacity(runs);
         let mut phases = Vec::with_capacity(runs);
         let mut usages = Vec::with_capacity(runs);
@@ -366,6 +368,14 @@ async fn warm_table(rounds: usize, code: &mut Code, session: &str, data: &Path) 
             let u = r.usage.unwrap_or_default();
             phases.push((u.setup_us, u.instantiate_us, u.run_us));
             usages.push((t.elapsed().as_micros() as u64, u));
+        }
+        let (seconds, count) = audit_commits();
+        let count = count - commits_before.1;
+        if count > 0.0 {
+            commits.push(format!(
+                "{runtime} {:.0}",
+                (seconds - commits_before.0) / count * 1e6
+            ));
         }
         parts.push((*runtime, usages));
         v.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -402,6 +412,31 @@ async fn warm_table(rounds: usize, code: &mut Code, session: &str, data: &Path) 
          {sync:.0} µs. The audit part against it: {}.",
         ratios.join(", ")
     );
+    println!(
+        "\nInside the audit part, the engine's commit (mean µs, from the server's \
+         `audit_append_duration_seconds`): {}. The rest of the audit part is the hand-off to \
+         the audit writer's thread and back.",
+        commits.join(", ")
+    );
+}
+
+/// The server's audit commits so far: total seconds and count, from its
+/// `audit_append_duration_seconds` histogram (the server runs in this
+/// process).
+fn audit_commits() -> (f64, f64) {
+    let text = spillway::metrics::encode();
+    let series = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix("spillway_audit_append_duration_seconds_")?
+                    .strip_prefix(name)?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or(0.0)
+    };
+    (series("sum"), series("count"))
 }
 
 /// The p50, in microseconds, of one 4 KiB overwrite and `fdatasync` of a
