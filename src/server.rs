@@ -44,6 +44,8 @@ const STREAM_WINDOW: u32 = 8 << 20;
 const CONNECTION_WINDOW: u32 = 32 << 20;
 /// Largest HTTP/2 frame the server accepts: fewer frames per large message.
 const MAX_FRAME: u32 = 1 << 20;
+/// The audit journal's file in the data directory.
+const AUDIT_JOURNAL: &str = "audit.journal";
 /// The served services, authenticated, and their names: the one list that
 /// the router and health are built from.
 struct Served {
@@ -235,7 +237,14 @@ pub async fn run_with_clock(
     let content_cache = inspect_cache.clone();
     let (store, audit_log, report) = tokio::task::spawn_blocking(move || {
         let engine = crate::store::open_engine(&data_dir, &settings)?;
-        let audit_log = AuditLog::new(engine.clone(), clock.clone());
+        let (audit_log, replayed) =
+            AuditLog::with_journal(engine.clone(), clock.clone(), &data_dir.join(AUDIT_JOURNAL))?;
+        if replayed > 0 {
+            tracing::warn!(
+                records = replayed,
+                "audit events the store lost in a crash were replayed from the audit journal"
+            );
+        }
         let (store, report) = Store::open(
             engine,
             &data_dir,

@@ -9,8 +9,10 @@
 //! linked from [`GENESIS_HASH`] on their own.
 //!
 //! **Appends** are serialized and durable: [`AuditLog::append`] returns only
-//! once the engine's commit is durable (redb: `fdatasync`; sled: flush and
-//! `fsync`). Concurrent appends are committed together (group commit): the
+//! once the commit is durable: through the journal on a local engine
+//! ([`AuditLog::with_journal`], see `super::journal`: one record written
+//! and `fdatasync`ed, then a volatile engine commit), or the engine's own
+//! durable commit (redb: `fdatasync`; sled: flush and `fsync`; Postgres). Concurrent appends are committed together (group commit): the
 //! first caller to find no commit in progress seals every event waiting at
 //! that moment, in arrival order, and commits them, with the heads of the
 //! chains they extend, in one batch; the others wait for that commit, and
@@ -43,6 +45,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use serde::{Deserialize, Serialize};
 
 use super::chain::{AuditEvent, ChainBuilder, GENESIS_HASH, Verifier, VerifyOutcome, event_time};
+use super::journal::Journal;
 use super::outcome;
 use crate::clock::{Clock, Millis};
 use crate::store::engine::{Batch, Engine, EngineError, Tree, prefix_end};
@@ -246,6 +249,9 @@ pub struct AuditLog {
     chains: Mutex<HashMap<String, ChainBuilder>>,
     queue: Mutex<Queue>,
     committed: Condvar,
+    /// The journal that makes appends durable on a local engine; `None`
+    /// commits each append durably in the engine.
+    journal: Option<Mutex<Journal>>,
 }
 
 impl std::fmt::Debug for AuditLog {
@@ -286,7 +292,53 @@ impl AuditLog {
             chains: Mutex::new(HashMap::new()),
             queue: Mutex::new(Queue::default()),
             committed: Condvar::new(),
+            journal: None,
         }
+    }
+
+    /// The log over a local `engine` with its journal at `path` (see
+    /// `audit::journal`): replays what a crash took from the engine, then
+    /// makes each append durable with one small write there. On a shared
+    /// engine (fleet mode) this is [`AuditLog::new`]: every replica's
+    /// appends commit durably in the shared engine. Returns the log and how
+    /// many journal records it replayed.
+    pub fn with_journal(
+        engine: Arc<dyn Engine>,
+        clock: Arc<dyn Clock>,
+        path: &std::path::Path,
+    ) -> Result<(Self, usize)> {
+        let mut log = AuditLog::new(engine, clock);
+        if log.engine.shared() {
+            return Ok((log, 0));
+        }
+        let (journal, replayed) = Journal::open(path, &*log.engine, |b| log.lacks(b))?;
+        log.journal = Some(Mutex::new(journal));
+        Ok((log, replayed))
+    }
+
+    /// Whether the engine lacks a journaled batch: whether a chain head in
+    /// it is past the head stored for that chain. Heads only move forward
+    /// and commit with their events, so a batch whose heads are all stored
+    /// (or passed) is in the engine already; replaying it again would undo
+    /// nothing but could hide a change made to the store since.
+    fn lacks(&self, batch: &Batch) -> Result<bool> {
+        for op in batch.ops() {
+            let (Tree::Meta, Some(value)) = (op.tree, &op.value) else {
+                continue;
+            };
+            if !op.key.starts_with(HEAD_PREFIX) {
+                continue;
+            }
+            let journaled: HeadRecord = records::decode(value)?;
+            let stored = match self.engine.get(Tree::Meta, &op.key)? {
+                Some(raw) => records::decode::<HeadRecord>(&raw)?.seq,
+                None => 0,
+            };
+            if journaled.seq > stored {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// The name of the engine the log is stored in.
@@ -432,7 +484,10 @@ impl AuditLog {
             };
             batch.put(Tree::Meta, head_key(tenant), records::encode(&head));
         }
-        self.engine.commit(&batch)?;
+        match &self.journal {
+            Some(journal) => lock(journal).commit(&*self.engine, &batch)?,
+            None => self.engine.commit(&batch)?,
+        }
         chains.extend(touched);
         Ok(out)
     }
@@ -904,6 +959,8 @@ mod tests {
         panic: std::sync::atomic::AtomicBool,
         delay: std::time::Duration,
         commits: std::sync::atomic::AtomicU64,
+        /// Volatile commits are dropped, as a crash would lose them.
+        lose_volatile: std::sync::atomic::AtomicBool,
     }
 
     impl Wrapped {
@@ -914,6 +971,7 @@ mod tests {
                 panic: false.into(),
                 delay,
                 commits: 0.into(),
+                lose_volatile: false.into(),
             })
         }
     }
@@ -940,9 +998,96 @@ mod tests {
             self.commits.fetch_add(1, SeqCst);
             self.inner.commit(b)
         }
+        fn commit_volatile(&self, b: &Batch) -> Result<(), EngineError> {
+            if self.lose_volatile.load(std::sync::atomic::Ordering::SeqCst) {
+                return Ok(());
+            }
+            self.inner.commit_volatile(b)
+        }
         fn flush(&self) -> Result<(), EngineError> {
             Ok(())
         }
+    }
+
+    /// A log over `engine` with its journal in `dir`, and how many records
+    /// it replayed.
+    fn journaled(f: &Fixture, engine: Arc<dyn Engine>, dir: &std::path::Path) -> (AuditLog, usize) {
+        let clock = Arc::new(f.clock.clone());
+        AuditLog::with_journal(engine, clock, &dir.join("audit.journal")).unwrap()
+    }
+
+    /// How many of `tenant`'s events the engine holds, read by a log that
+    /// has cached nothing.
+    fn stored(f: &Fixture, tenant: &str) -> usize {
+        AuditLog::new(f.engine.clone(), Arc::new(f.clock.clone()))
+            .query(tenant, &Filter::default(), "", usize::MAX)
+            .unwrap()
+            .items
+            .len()
+    }
+
+    #[test]
+    fn appends_through_the_journal_are_read_at_once_and_go_on_after_a_reopen() {
+        let f = fixture();
+        let dir = tempfile::tempdir().unwrap();
+        let (log, replayed) = journaled(&f, f.engine.clone(), dir.path());
+        assert_eq!(replayed, 0);
+        for n in 1..=5 {
+            log.append(ev(n, "acme")).unwrap();
+            assert_eq!(stored(&f, "acme") as u64, n);
+        }
+        drop(log);
+        let (log, replayed) = journaled(&f, f.engine.clone(), dir.path());
+        assert_eq!(replayed, 0, "the engine had every event already");
+        assert_eq!(log.append(ev(6, "acme")).unwrap().seq, 6);
+        assert_eq!(log.verify("acme").unwrap().outcome.events_checked, 6);
+    }
+
+    #[test]
+    fn events_a_crash_took_from_the_engine_are_replayed_from_the_journal() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let f = fixture();
+        let dir = tempfile::tempdir().unwrap();
+        let wrapped = Wrapped::new(f.engine.clone(), std::time::Duration::ZERO);
+        let (log, _) = journaled(&f, wrapped.clone(), dir.path());
+        for n in 1..=4 {
+            log.append(ev(n, "acme")).unwrap();
+        }
+        // From here the engine's volatile commits never reach it, as if the
+        // process died before they were written back.
+        wrapped.lose_volatile.store(true, SeqCst);
+        for n in 5..=12 {
+            log.append(ev(n, if n % 2 == 1 { "acme" } else { "bolt" }))
+                .unwrap();
+        }
+        drop(log);
+        assert_eq!((stored(&f, "acme"), stored(&f, "bolt")), (4, 0));
+
+        let (log, replayed) = journaled(&f, f.engine.clone(), dir.path());
+        assert_eq!(replayed, 8);
+        assert_eq!((stored(&f, "acme"), stored(&f, "bolt")), (8, 4));
+        for tenant in ["acme", "bolt"] {
+            let v = log.verify(tenant).unwrap().outcome;
+            assert!(v.ok, "{tenant}: {v:?}");
+        }
+        assert_eq!(log.append(ev(13, "acme")).unwrap().seq, 9);
+        assert_eq!(log.append(ev(14, "bolt")).unwrap().seq, 5);
+    }
+
+    #[test]
+    fn the_journal_never_undoes_a_change_made_to_stored_events() {
+        let f = fixture();
+        let dir = tempfile::tempdir().unwrap();
+        let (log, _) = journaled(&f, f.engine.clone(), dir.path());
+        for n in 1..=5 {
+            log.append(ev(n, "acme")).unwrap();
+        }
+        drop(log);
+        f.engine.delete(Tree::Audit, &event_key("acme", 3)).unwrap();
+        let (log, replayed) = journaled(&f, f.engine.clone(), dir.path());
+        assert_eq!(replayed, 0);
+        let v = log.verify("acme").unwrap().outcome;
+        assert_eq!((v.ok, v.first_bad_seq), (false, 3));
     }
 
     #[test]

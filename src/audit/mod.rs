@@ -6,6 +6,8 @@
 //! - [`log`]: the stored log, one chain per tenant: durable, serialized
 //!   (group-committed) appends, queries with filters and paging, and
 //!   verification against the stored head.
+//! - `journal`: on a local engine, what makes an append durable with one
+//!   small write instead of a B-tree commit; replayed after a crash.
 //! - [`AuditWriter`]: the async door to the log, a writer thread that
 //!   group-commits what async callers send.
 //! - [`action`] and [`outcome`]: the names events use.
@@ -14,6 +16,7 @@
 //! standard library; a unit test keeps it and [`chain`] in agreement.
 
 pub mod chain;
+mod journal;
 pub mod log;
 mod writer;
 

@@ -346,6 +346,16 @@ pub trait Engine: Send + Sync + 'static {
     /// result is durable on disk.
     fn commit(&self, batch: &Batch) -> Result<(), EngineError>;
 
+    /// Applies every write of the batch atomically, visible to reads at
+    /// once, without waiting for it to reach the disk: a crash may lose it,
+    /// and the next [`Engine::commit`] or [`Engine::flush`] makes it durable
+    /// with everything before it. For a caller that keeps the batch durable
+    /// elsewhere first (the audit journal). An engine without a cheaper
+    /// path commits durably.
+    fn commit_volatile(&self, batch: &Batch) -> Result<(), EngineError> {
+        self.commit(batch)
+    }
+
     /// Makes everything committed durable and releases what can be released;
     /// called at shutdown.
     fn flush(&self) -> Result<(), EngineError>;
@@ -551,6 +561,17 @@ pub(crate) fn conformance(engine: &dyn Engine) {
         engine.get(Tree::Meta, b"audit_head\0t").unwrap(),
         Some(b"256".to_vec())
     );
+
+    // A volatile commit is read at once, like a durable one.
+    let mut b = Batch::new();
+    b.put(Tree::Audit, key(257), "257");
+    b.delete(Tree::Audit, key(1));
+    engine.commit_volatile(&b).unwrap();
+    assert_eq!(
+        engine.get(Tree::Audit, &key(257)).unwrap(),
+        Some(b"257".to_vec())
+    );
+    assert_eq!(engine.get(Tree::Audit, &key(1)).unwrap(), None);
     engine.flush().unwrap();
 }
 
@@ -570,6 +591,16 @@ pub(crate) fn file_conformance<E: Engine>(
     open(&path).put(Tree::Meta, b"k", b"v").unwrap();
     let again = open(&path);
     assert_eq!(again.get(Tree::Meta, b"k").unwrap(), Some(b"v".to_vec()));
+    // A volatile commit that a flush followed is durable too.
+    let mut b = Batch::new();
+    b.put(Tree::Meta, b"volatile", b"then flushed");
+    again.commit_volatile(&b).unwrap();
+    again.flush().unwrap();
+    drop(again);
+    assert_eq!(
+        open(&path).get(Tree::Meta, b"volatile").unwrap(),
+        Some(b"then flushed".to_vec())
+    );
 }
 
 /// What two handles on one shared engine (two replicas) must agree on:

@@ -40,6 +40,37 @@ impl RedbEngine {
         txn.commit().map_err(err)?;
         Ok(Self { db })
     }
+
+    /// Applies `batch` in one write transaction of `durability`.
+    fn commit_with(&self, batch: &Batch, durability: redb::Durability) -> Result<(), EngineError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let mut txn = self.db.begin_write().map_err(err)?;
+        txn.set_durability(durability).map_err(err)?;
+        {
+            // Only the trees the batch touches are opened: most batches
+            // (an audit append: events and their chain's head) touch two of
+            // the eighteen, and each open table costs the commit a lookup.
+            let mut tables: [Option<redb::Table<'_, &[u8], &[u8]>>; Tree::ALL.len()] =
+                std::array::from_fn(|_| None);
+            for op in batch.ops() {
+                let t = match &mut tables[op.tree.index()] {
+                    Some(t) => t,
+                    open @ None => open.insert(txn.open_table(table(op.tree)).map_err(err)?),
+                };
+                match &op.value {
+                    Some(v) => {
+                        t.insert(op.key.as_slice(), v.as_slice()).map_err(err)?;
+                    }
+                    None => {
+                        t.remove(op.key.as_slice()).map_err(err)?;
+                    }
+                }
+            }
+        }
+        txn.commit().map_err(err)
+    }
 }
 
 impl Engine for RedbEngine {
@@ -66,37 +97,16 @@ impl Engine for RedbEngine {
     }
 
     fn commit(&self, batch: &Batch) -> Result<(), EngineError> {
-        if batch.is_empty() {
-            return Ok(());
-        }
-        let txn = self.db.begin_write().map_err(err)?;
-        {
-            // Only the trees the batch touches are opened: most batches
-            // (an audit append: events and their chain's head) touch two of
-            // the eighteen, and each open table costs the commit a lookup.
-            let mut tables: [Option<redb::Table<'_, &[u8], &[u8]>>; Tree::ALL.len()] =
-                std::array::from_fn(|_| None);
-            for op in batch.ops() {
-                let t = match &mut tables[op.tree.index()] {
-                    Some(t) => t,
-                    open @ None => open.insert(txn.open_table(table(op.tree)).map_err(err)?),
-                };
-                match &op.value {
-                    Some(v) => {
-                        t.insert(op.key.as_slice(), v.as_slice()).map_err(err)?;
-                    }
-                    None => {
-                        t.remove(op.key.as_slice()).map_err(err)?;
-                    }
-                }
-            }
-        }
-        txn.commit().map_err(err)
+        self.commit_with(batch, redb::Durability::Immediate)
+    }
+
+    fn commit_volatile(&self, batch: &Batch) -> Result<(), EngineError> {
+        self.commit_with(batch, redb::Durability::None)
     }
 
     fn flush(&self) -> Result<(), EngineError> {
-        // Every commit is already durable.
-        Ok(())
+        // An empty durable commit makes every volatile one before it durable.
+        self.db.begin_write().map_err(err)?.commit().map_err(err)
     }
 }
 

@@ -145,6 +145,14 @@ impl Engine for SledEngine {
         if batch.is_empty() {
             return Ok(());
         }
+        self.commit_volatile(batch)?;
+        self.sync()
+    }
+
+    fn commit_volatile(&self, batch: &Batch) -> Result<(), EngineError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
         let result: Result<(), TransactionError<()>> = self.trees.as_slice().transaction(|views| {
             for op in batch.ops() {
                 let view = &views[op.tree.index()];
@@ -159,8 +167,7 @@ impl Engine for SledEngine {
             }
             Ok(())
         });
-        result.map_err(|e| err(format!("{e:?}")))?;
-        self.sync()
+        result.map_err(|e| err(format!("{e:?}")))
     }
 
     fn flush(&self) -> Result<(), EngineError> {
