@@ -56,7 +56,8 @@
 //! - [`audit`]: audit events in a tamper-evident hash chain: canonical
 //!   form, sealing, streaming verification, export lines; and the stored
 //!   log, one chain per tenant, with durable appends (group-committed; the
-//!   service's go through the audit writer's thread) and queries. A room
+//!   service's go through the audit writer's thread; on a local engine
+//!   made durable by the audit journal) and queries. A room
 //!   beside the store, over the same engine handle
 //!   ([`store::open_engine`]).
 //! - [`service`]: one function per operation, taking a principal and domain

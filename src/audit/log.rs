@@ -12,8 +12,9 @@
 //! once the commit is durable: through the journal on a local engine
 //! ([`AuditLog::with_journal`], see `super::journal`: one record written
 //! and `fdatasync`ed, then a volatile engine commit), or the engine's own
-//! durable commit (redb: `fdatasync`; sled: flush and `fsync`; Postgres). Concurrent appends are committed together (group commit): the
-//! first caller to find no commit in progress seals every event waiting at
+//! durable commit (redb: `fdatasync`; sled: flush and `fsync`; Postgres).
+//! Concurrent appends are committed together (group commit): the first
+//! caller to find no commit in progress seals every event waiting at
 //! that moment, in arrival order, and commits them, with the heads of the
 //! chains they extend, in one batch; the others wait for that commit, and
 //! the next one starts the next group. Each event and its chain's head
