@@ -140,7 +140,15 @@ impl Journal {
         engine.commit(&replay)?;
         let file = match file {
             Some(f) if old.len() as u64 == capacity => f,
-            _ => make(path, capacity)?,
+            _ => make(path, capacity).map_err(|e| {
+                EngineError::new(
+                    "audit journal",
+                    format!(
+                        "audit.journal could not be made in the data directory ({e}); \
+                         free space there or fix its permissions, then start again"
+                    ),
+                )
+            })?,
         };
         let journal = Journal {
             file,
@@ -198,7 +206,7 @@ impl Journal {
 }
 
 /// Makes a zero-filled journal of `capacity` bytes at `path`, durably.
-fn make(path: &Path, capacity: u64) -> Result<File> {
+fn make(path: &Path, capacity: u64) -> std::io::Result<File> {
     let tmp = path.with_extension("tmp");
     let file = {
         use std::os::unix::fs::OpenOptionsExt;
@@ -234,26 +242,28 @@ fn checksum(generation: u64, payload: &[u8]) -> [u8; 8] {
 
 /// `batch` as one record of `generation`.
 fn encode(generation: u64, batch: &Batch) -> Vec<u8> {
-    let mut payload = Vec::new();
+    // The payload goes in after room for the header, which is filled in
+    // once the payload's length and checksum are known.
+    let mut record = vec![0u8; HEADER];
     for op in batch.ops() {
-        payload.push(op.tree.index() as u8);
-        payload.extend_from_slice(&(op.key.len() as u32).to_le_bytes());
-        payload.extend_from_slice(&op.key);
+        record.push(op.tree.index() as u8);
+        record.extend_from_slice(&(op.key.len() as u32).to_le_bytes());
+        record.extend_from_slice(&op.key);
         match &op.value {
             Some(v) => {
-                payload.push(PUT);
-                payload.extend_from_slice(&(v.len() as u32).to_le_bytes());
-                payload.extend_from_slice(v);
+                record.push(PUT);
+                record.extend_from_slice(&(v.len() as u32).to_le_bytes());
+                record.extend_from_slice(v);
             }
-            None => payload.push(DELETE),
+            None => record.push(DELETE),
         }
     }
-    let mut record = Vec::with_capacity(HEADER + payload.len());
-    record.extend_from_slice(&MAGIC);
-    record.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    record.extend_from_slice(&generation.to_le_bytes());
-    record.extend_from_slice(&checksum(generation, &payload));
-    record.extend_from_slice(&payload);
+    let len = (record.len() - HEADER) as u32;
+    let sum = checksum(generation, &record[HEADER..]);
+    record[..4].copy_from_slice(&MAGIC);
+    record[4..8].copy_from_slice(&len.to_le_bytes());
+    record[8..16].copy_from_slice(&generation.to_le_bytes());
+    record[16..HEADER].copy_from_slice(&sum);
     record
 }
 
@@ -452,5 +462,38 @@ mod tests {
             "{e}"
         );
         assert!(e.contains("move it aside"), "{e}");
+    }
+
+    #[test]
+    fn a_batch_larger_than_the_journal_commits_durably_in_the_engine() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.journal");
+        let engine = engine(dir.path());
+        let (mut journal, _) = Journal::open_with(&path, &engine, 4096, |_| Ok(true)).unwrap();
+        let mut big = Batch::new();
+        big.put(Tree::Audit, b"big".to_vec(), vec![1u8; 8192]);
+        journal.commit(&engine, &big).unwrap();
+        assert_eq!((journal.offset, journal.off), (0, false));
+        assert_eq!(
+            engine.get(Tree::Audit, b"big").unwrap(),
+            Some(vec![1u8; 8192])
+        );
+        // The journal goes on taking the batches that fit.
+        journal.commit(&engine, &batch(1)).unwrap();
+        assert!(journal.offset > 0);
+    }
+
+    #[test]
+    fn an_oversized_journal_is_read_only_up_to_its_bound_and_made_anew() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.journal");
+        // Sparse: the bytes past the bound are never read.
+        File::create(&path)
+            .unwrap()
+            .set_len(MAX_READ + (1 << 20))
+            .unwrap();
+        let (_, replayed) = Journal::open(&path, &engine(dir.path()), |_| Ok(true)).unwrap();
+        assert_eq!(replayed, 0);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), CAPACITY);
     }
 }
