@@ -21,7 +21,11 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 GUEST="$ROOT/guest"
 OUT="$ROOT/sandbox-images"
-BUILD="$OUT/build"
+# The build directory may be a link to a cache shared by several clones (CI
+# links it): resolve it, so that the venv's scripts name its real path and
+# still run after the clone that made them is gone.
+mkdir -p "$OUT/build"
+BUILD="$(cd -P "$OUT/build" && pwd)"
 TARGET_DIR="$BUILD/target"
 VENV="$BUILD/venv"
 COMPONENTIZE_PY_VERSION="0.25.*"
@@ -41,8 +45,6 @@ done
 log() { printf '== %s\n' "$*" >&2; }
 has_image() { local i; for i in "${images[@]}"; do [ "$i" = "$1" ] && return 0; done; return 1; }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
-
-mkdir -p "$BUILD"
 
 # --- toolchains ----------------------------------------------------------------
 
@@ -67,7 +69,9 @@ ensure_apt_packages() {
 }
 
 ensure_componentize_py() {
-  if [ -x "$VENV/bin/componentize-py" ] &&
+  # The script itself must run: a venv made under another path has scripts
+  # whose first line names a python that is gone.
+  if "$VENV/bin/componentize-py" --version >/dev/null 2>&1 &&
     "$VENV/bin/python" -c 'import importlib.metadata as m, sys; sys.exit(not m.version("componentize-py").startswith("0.25."))' 2>/dev/null; then
     return
   fi
