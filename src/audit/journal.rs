@@ -5,11 +5,15 @@
 //! touched: for an audit append, the event's leaf, the head's leaf, the
 //! table roots and the allocator's state, seven pages scattered through the
 //! file, and then waits for all of them. Here an append writes one record to
-//! a preallocated file and waits for that alone, then applies the same batch
-//! to the engine without waiting for it to reach the disk
-//! ([`Engine::commit_volatile`]). Readers find the event in the engine at
-//! once. A crash can lose the engine's volatile commits, never a record: the
-//! next open replays what the engine lacks.
+//! a preallocated file and waits for that alone. The same batch is applied
+//! to the engine later, without waiting for it to reach the disk
+//! ([`Engine::commit_volatile`]): [`Journal::settle`] applies every batch
+//! journaled since the last one, in order, and the log calls it before
+//! anything reads the audit trees (and when it closes), so an append waits
+//! for the one write and readers still see every acknowledged event. What waits to be applied is bounded by the file's
+//! capacity: a checkpoint settles first. A crash can lose the engine's
+//! volatile commits and what was not yet applied, never a record: the next
+//! open replays what the engine lacks.
 //!
 //! **Format.** The file is [`CAPACITY`] bytes, zero-filled when made, so an
 //! append never changes its size and `fdatasync` flushes data alone.
@@ -68,6 +72,8 @@ pub struct Journal {
     offset: u64,
     /// Set by a failed write or sync: every later commit goes to the engine.
     off: bool,
+    /// Batches journaled and not yet applied to the engine, in order.
+    unapplied: Vec<Batch>,
 }
 
 impl Journal {
@@ -156,22 +162,24 @@ impl Journal {
             generation: generation + 1,
             offset: 0,
             off: false,
+            unapplied: Vec::new(),
         };
         Ok((journal, replayed))
     }
 
-    /// Makes `batch` durable: a record here, then a volatile commit in
-    /// `engine`; or a durable engine commit when the journal is off or the
-    /// batch does not fit in it.
-    pub fn commit(&mut self, engine: &dyn Engine, batch: &Batch) -> Result<()> {
-        let mut record = encode(self.generation, batch);
+    /// Makes `batch` durable: a record here, to be applied to `engine` by
+    /// the next [`Journal::settle`]; or, when the journal is off or the
+    /// batch does not fit in it, a durable engine commit after everything
+    /// journaled before it is applied.
+    pub fn commit(&mut self, engine: &dyn Engine, batch: Batch) -> Result<()> {
+        let mut record = encode(self.generation, &batch);
         if self.off || record.len() as u64 > self.capacity {
-            return Ok(engine.commit(batch)?);
+            return self.commit_in_engine(engine, &batch);
         }
         if self.offset + record.len() as u64 > self.capacity {
             self.checkpoint(engine)?;
             // Sealed anew: a record belongs to the generation it is in.
-            record = encode(self.generation, batch);
+            record = encode(self.generation, &batch);
         }
         let written = self
             .file
@@ -183,15 +191,48 @@ impl Journal {
                 "the audit journal failed; audit appends commit through the engine from now on"
             );
             self.off = true;
-            return Ok(engine.commit(batch)?);
+            return self.commit_in_engine(engine, &batch);
         }
         self.offset += record.len() as u64;
-        Ok(engine.commit_volatile(batch)?)
+        self.unapplied.push(batch);
+        Ok(())
+    }
+
+    /// Applies every batch journaled and not yet applied to `engine`, in
+    /// order and in one volatile commit. On failure they stay to be
+    /// applied by the next call (each batch writes fixed keys, so applying
+    /// one again changes nothing).
+    pub fn settle(&mut self, engine: &dyn Engine) -> Result<()> {
+        match self.unapplied.len() {
+            0 => return Ok(()),
+            1 => engine.commit_volatile(&self.unapplied[0])?,
+            _ => {
+                let mut all = Batch::new();
+                for op in self.unapplied.iter().flat_map(Batch::ops) {
+                    match &op.value {
+                        Some(v) => all.put(op.tree, op.key.clone(), v.clone()),
+                        None => all.delete(op.tree, op.key.clone()),
+                    };
+                }
+                engine.commit_volatile(&all)?;
+            }
+        }
+        self.unapplied.clear();
+        Ok(())
+    }
+
+    /// A durable engine commit of `batch`, after what is journaled: batches
+    /// move chain heads forward, so they reach the engine in order.
+    fn commit_in_engine(&mut self, engine: &dyn Engine, batch: &Batch) -> Result<()> {
+        self.settle(engine)?;
+        Ok(engine.commit(batch)?)
     }
 
     /// Commits the next generation durably (and with it every volatile
-    /// commit before it), and starts the file over.
+    /// commit before it, once what is journaled is applied), and starts the
+    /// file over.
     fn checkpoint(&mut self, engine: &dyn Engine) -> Result<()> {
+        self.settle(engine)?;
         let mut b = Batch::new();
         b.put(
             Tree::Meta,
@@ -389,7 +430,7 @@ mod tests {
         assert_eq!((replayed, journal.generation), (0, 1));
         assert_eq!(std::fs::metadata(&path).unwrap().len(), capacity);
         for n in 0..10 {
-            journal.commit(&engine, &batch(n)).unwrap();
+            journal.commit(&engine, batch(n)).unwrap();
         }
         // 4 records a generation: 0-3, 4-7, then 8 and 9 in the third.
         assert_eq!(journal.generation, 3);
@@ -413,6 +454,42 @@ mod tests {
     }
 
     #[test]
+    fn journaled_batches_reach_the_engine_in_order_when_settled_and_before_a_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.journal");
+        let engine = engine(dir.path());
+        let capacity = encode(1, &batch(0)).len() as u64 * 2;
+        let (mut journal, _) = Journal::open_with(&path, &engine, capacity, |_| Ok(true)).unwrap();
+        journal.commit(&engine, batch(1)).unwrap();
+        assert_eq!(engine.get(Tree::Audit, b"k1").unwrap(), None);
+        // A later batch writing the same key wins once both are applied.
+        let mut again = Batch::new();
+        again.put(Tree::Audit, b"k1".to_vec(), vec![9]);
+        journal.commit(&engine, again).unwrap();
+        journal.settle(&engine).unwrap();
+        assert_eq!(engine.get(Tree::Audit, b"k1").unwrap(), Some(vec![9]));
+        journal.settle(&engine).unwrap();
+        // The file is full: the next commit checkpoints, and the checkpoint
+        // applies what it held before it makes those records stale.
+        journal.commit(&engine, batch(2)).unwrap();
+        journal.commit(&engine, batch(3)).unwrap();
+        journal.commit(&engine, batch(4)).unwrap();
+        assert_eq!(journal.generation, 3);
+        assert!(engine.get(Tree::Audit, b"k2").unwrap().is_some());
+        assert!(engine.get(Tree::Audit, b"k3").unwrap().is_some());
+        assert_eq!(engine.get(Tree::Audit, b"k4").unwrap(), None);
+        drop(journal);
+        let mut seen = Vec::new();
+        Journal::open_with(&path, &engine, capacity, |b| {
+            seen.push(b.ops()[0].key.clone());
+            Ok(true)
+        })
+        .unwrap();
+        assert_eq!(seen, [b"k4".to_vec()]);
+        assert!(engine.get(Tree::Audit, b"k4").unwrap().is_some());
+    }
+
+    #[test]
     fn records_the_caller_does_not_need_are_not_replayed() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("audit.journal");
@@ -421,7 +498,7 @@ mod tests {
         let lost = tempfile::tempdir().unwrap();
         let lost = engine(lost.path());
         for n in 1..=3 {
-            journal.commit(&lost, &batch(n)).unwrap();
+            journal.commit(&lost, batch(n)).unwrap();
         }
         drop(journal);
         let engine = engine(dir.path());
@@ -438,12 +515,12 @@ mod tests {
         let path = dir.path().join("audit.journal");
         let engine = engine(dir.path());
         let (mut journal, _) = Journal::open(&path, &engine, |_| Ok(true)).unwrap();
-        journal.commit(&engine, &batch(1)).unwrap();
+        journal.commit(&engine, batch(1)).unwrap();
         // A handle that cannot write: every write fails from here on.
         journal.file = File::open(&path).unwrap();
-        journal.commit(&engine, &batch(2)).unwrap();
+        journal.commit(&engine, batch(2)).unwrap();
         assert!(journal.off);
-        journal.commit(&engine, &batch(3)).unwrap();
+        journal.commit(&engine, batch(3)).unwrap();
         for key in [b"k1", b"k2", b"k3"] {
             assert!(engine.get(Tree::Audit, key).unwrap().is_some());
         }
@@ -472,14 +549,14 @@ mod tests {
         let (mut journal, _) = Journal::open_with(&path, &engine, 4096, |_| Ok(true)).unwrap();
         let mut big = Batch::new();
         big.put(Tree::Audit, b"big".to_vec(), vec![1u8; 8192]);
-        journal.commit(&engine, &big).unwrap();
+        journal.commit(&engine, big).unwrap();
         assert_eq!((journal.offset, journal.off), (0, false));
         assert_eq!(
             engine.get(Tree::Audit, b"big").unwrap(),
             Some(vec![1u8; 8192])
         );
         // The journal goes on taking the batches that fit.
-        journal.commit(&engine, &batch(1)).unwrap();
+        journal.commit(&engine, batch(1)).unwrap();
         assert!(journal.offset > 0);
     }
 

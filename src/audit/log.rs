@@ -11,7 +11,8 @@
 //! **Appends** are serialized and durable: [`AuditLog::append`] returns only
 //! once the commit is durable: through the journal on a local engine
 //! ([`AuditLog::with_journal`], see `super::journal`: one record written
-//! and `fdatasync`ed, then a volatile engine commit), or the engine's own
+//! and `fdatasync`ed; the engine is given the batch, in a volatile commit,
+//! before the log next reads it), or the engine's own
 //! durable commit (redb: `fdatasync`; sled: flush and `fsync`; Postgres).
 //! Concurrent appends are committed together (group commit): the first
 //! caller to find no commit in progress seals every event waiting at
@@ -263,6 +264,16 @@ impl std::fmt::Debug for AuditLog {
     }
 }
 
+impl Drop for AuditLog {
+    fn drop(&mut self) {
+        // What is left unapplied is replayed from the journal by the next
+        // open; applying it here spares that replay its durable commit.
+        if let Err(e) = self.settle() {
+            tracing::warn!(error = %e, "audit events journaled but not yet in the engine are replayed at the next start");
+        }
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -486,7 +497,7 @@ impl AuditLog {
             batch.put(Tree::Meta, head_key(tenant), records::encode(&head));
         }
         match &self.journal {
-            Some(journal) => lock(journal).commit(&*self.engine, &batch)?,
+            Some(journal) => lock(journal).commit(&*self.engine, batch)?,
             None => self.engine.commit(&batch)?,
         }
         chains.extend(touched);
@@ -506,9 +517,20 @@ impl AuditLog {
         Ok(&chains[tenant])
     }
 
+    /// Gives the engine what the journal holds and the engine was not given
+    /// yet (see `super::journal`), so that a read of the engine finds every
+    /// acknowledged event. Every read of the audit trees calls it first.
+    fn settle(&self) -> Result<()> {
+        match &self.journal {
+            Some(journal) => lock(journal).settle(&*self.engine),
+            None => Ok(()),
+        }
+    }
+
     /// Resumes `tenant`'s chain from its stored head, or after the last
     /// stored event when events exist past the head.
     fn load(&self, tenant: &str) -> Result<ChainBuilder> {
+        self.settle()?;
         let (seq, hash) = match self.engine.get(Tree::Meta, &head_key(tenant))? {
             Some(raw) => {
                 let h: HeadRecord = records::decode(&raw)?;
@@ -584,6 +606,7 @@ impl AuditLog {
         if from > upto {
             return Ok(Vec::new());
         }
+        self.settle()?;
         let (start, end) = (event_key(tenant, from), event_key(tenant, upto));
         let prefix_len = start.len() - 8;
         let page = self.engine.range(
@@ -1028,20 +1051,39 @@ mod tests {
     }
 
     #[test]
-    fn appends_through_the_journal_are_read_at_once_and_go_on_after_a_reopen() {
+    fn journaled_appends_are_read_at_once_through_the_log_and_go_on_after_a_reopen() {
         let f = fixture();
         let dir = tempfile::tempdir().unwrap();
         let (log, replayed) = journaled(&f, f.engine.clone(), dir.path());
         assert_eq!(replayed, 0);
+        let read = |log: &AuditLog| {
+            log.query("acme", &Filter::default(), "", usize::MAX)
+                .unwrap()
+                .items
+                .len()
+        };
         for n in 1..=5 {
             log.append(ev(n, "acme")).unwrap();
+            assert_eq!(read(&log) as u64, n);
+            // The read gave the engine what the journal held.
             assert_eq!(stored(&f, "acme") as u64, n);
         }
+        log.append(ev(6, "acme")).unwrap();
+        assert_eq!(
+            stored(&f, "acme"),
+            5,
+            "an append waits for the journal alone"
+        );
         drop(log);
+        assert_eq!(
+            stored(&f, "acme"),
+            6,
+            "closing the log gives the engine the rest"
+        );
         let (log, replayed) = journaled(&f, f.engine.clone(), dir.path());
         assert_eq!(replayed, 0, "the engine had every event already");
-        assert_eq!(log.append(ev(6, "acme")).unwrap().seq, 6);
-        assert_eq!(log.verify("acme").unwrap().outcome.events_checked, 6);
+        assert_eq!(log.append(ev(7, "acme")).unwrap().seq, 7);
+        assert_eq!(log.verify("acme").unwrap().outcome.events_checked, 7);
     }
 
     #[test]
@@ -1054,6 +1096,8 @@ mod tests {
         for n in 1..=4 {
             log.append(ev(n, "acme")).unwrap();
         }
+        // A read gives the engine these four.
+        assert_eq!(log.verify("acme").unwrap().outcome.events_checked, 4);
         // From here the engine's volatile commits never reach it, as if the
         // process died before they were written back.
         wrapped.lose_volatile.store(true, SeqCst);
