@@ -44,8 +44,8 @@ const STREAM_WINDOW: u32 = 8 << 20;
 const CONNECTION_WINDOW: u32 = 32 << 20;
 /// Largest HTTP/2 frame the server accepts: fewer frames per large message.
 const MAX_FRAME: u32 = 1 << 20;
-/// The audit journal's file in the data directory.
-const AUDIT_JOURNAL: &str = "audit.journal";
+/// The audit journal's file in the data directory (see `audit::journal`).
+pub const AUDIT_JOURNAL: &str = "audit.journal";
 /// The served services, authenticated, and their names: the one list that
 /// the router and health are built from.
 struct Served {

@@ -112,10 +112,23 @@ fn assert_whole_chain(events: &[proto::AuditEvent]) {
     assert!(out.ok, "{out:?}");
 }
 
+/// Opens the stopped server's metadata engine as the server would: with
+/// the audit journal replayed into it, since a server killed with `kill -9`
+/// may have acknowledged events that only the journal holds.
+async fn open_engine(data_dir: &Path) -> std::sync::Arc<dyn Engine> {
+    let engine: std::sync::Arc<dyn Engine> = open_bare_engine(data_dir).await.into();
+    let clock = std::sync::Arc::new(spillway::clock::SystemClock);
+    let journal = data_dir.join(spillway::server::AUDIT_JOURNAL);
+    let (log, _replayed) =
+        spillway::audit::AuditLog::with_journal(engine.clone(), clock, &journal).unwrap();
+    drop(log);
+    engine
+}
+
 /// Opens the stopped server's metadata engine. The engines lock their
 /// files, and the last reference to the server's store may be dropped a
 /// moment after the server stopped, so this waits for the lock.
-async fn open_engine(data_dir: &Path) -> Box<dyn Engine> {
+async fn open_bare_engine(data_dir: &Path) -> Box<dyn Engine> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
         let opened: Result<Box<dyn Engine>, _> = match engine() {
