@@ -262,7 +262,7 @@ async fn baseline_table(rounds: usize, code: &mut Code, session: &str, baseline:
         "| runtime | A p50 | A p99 | B p50 | B p99 | A/B p50 | guest run p50, A / B | runs each |"
     );
     println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
-    for runtime in ["jq", "javascript"] {
+    for runtime in ["jq", "javascript", "python"] {
         let (req_a, req_b) = (
             empty_exec(session, runtime),
             empty_exec(&session_b, runtime),

@@ -243,16 +243,6 @@ impl Sessions {
     pub fn sign_out(&self, s: &Signed) {
         self.active().remove(&s.key);
     }
-
-    /// Signed-in sessions now (expired ones included until next touched).
-    pub fn len(&self) -> usize {
-        self.active().len()
-    }
-
-    /// True when nobody is signed in.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 #[cfg(test)]

@@ -12,23 +12,23 @@
 //! is a courtesy: the service decides.
 //!
 //! Layout:
-//! - [`config`]: the `[console]` section.
-//! - [`auth`]: server-side sessions, cookies and CSRF tokens.
-//! - [`routes`]: the router, security headers (strict CSP), the signed-in
+//! - `config`: the `[console]` section.
+//! - `auth`: server-side sessions, cookies and CSRF tokens.
+//! - `routes`: the router, security headers (strict CSP), the signed-in
 //!   extractor, sign-in and sign-out, and service errors as pages.
-//! - [`views`]: the page frame and shared pieces (maud templates).
-//! - [`charts`]: SVG charts (plotters).
+//! - `views`: the page frame and shared pieces (maud templates).
+//! - `charts`: SVG charts (plotters).
 //! - [`overview`], [`policy`], [`sessions`], [`audit`]: the pages.
 
-pub mod audit;
-pub mod auth;
-pub mod charts;
-pub mod ctx;
-pub mod overview;
-pub mod policy;
-pub mod routes;
-pub mod sessions;
-pub mod views;
+mod audit;
+mod auth;
+mod charts;
+mod ctx;
+mod overview;
+mod policy;
+mod routes;
+mod sessions;
+mod views;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -6,29 +6,29 @@
 //! exactly like the CLI: they never touch storage themselves, so access,
 //! audit, redaction, quotas and retention apply unchanged.
 //!
-//! - [`backend`]: the gRPC connection to Spillway.
-//! - [`tools`]: the `spillway_*` tools, their schemas and calls.
-//! - [`resources`]: payloads as `spillway://payloads/{id}` resources.
-//! - [`session`]: the Spillway session of one MCP connection.
-//! - [`server`]: the `mcp serve` handler.
-//! - [`upstream`]: the proxied server (child process or URL), its frame
+//! - `backend`: the gRPC connection to Spillway.
+//! - `tools`: the `spillway_*` tools, their schemas and calls.
+//! - `resources`: payloads as `spillway://payloads/{id}` resources.
+//! - `session`: the Spillway session of one MCP connection.
+//! - `server`: the `mcp serve` handler.
+//! - `upstream`: the proxied server (child process or URL), its frame
 //!   guard, restarts, and the relay of its requests and notifications.
-//! - [`offload`]: tool results through the Offload RPC, in parallel batches.
-//! - [`proxy`]: the `mcp proxy` handler.
-//! - [`embedded`]: the default local server on the user's data directory.
-//! - [`run`]: the command line entry points and transports.
+//! - `offload`: tool results through the Offload RPC, in parallel batches.
+//! - `proxy`: the `mcp proxy` handler.
+//! - `embedded`: the default local server on the user's data directory.
+//! - `run`: the command line entry points and transports.
 
-pub mod backend;
-pub mod embedded;
-pub mod offload;
-pub mod proxy;
-pub mod resources;
-pub mod run;
-pub mod server;
-pub mod session;
-pub mod spool;
-pub mod tools;
-pub mod upstream;
+mod backend;
+mod embedded;
+mod offload;
+mod proxy;
+mod resources;
+mod run;
+mod server;
+mod session;
+mod spool;
+mod tools;
+mod upstream;
 
 pub use run::{Connection, McpArgs, McpCommand, run};
 

@@ -130,11 +130,6 @@ use spillway_inspect, spillway_search, spillway_read and spillway_exec on it.";
         }))
     }
 
-    /// The connection's session slot.
-    pub fn session(&self) -> &Arc<SessionSlot> {
-        &self.0.session
-    }
-
     async fn forward(
         &self,
         req: ClientRequest,

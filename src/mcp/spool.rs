@@ -48,11 +48,6 @@ impl Spooled {
     pub fn len(&self) -> u64 {
         self.len
     }
-
-    /// Whether the file is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
 }
 
 struct Entry {
@@ -111,6 +106,7 @@ impl Spools {
     }
 
     /// Files waiting to be taken.
+    #[cfg(test)]
     pub fn waiting(&self) -> usize {
         self.0.lock().map_or(0, |m| m.len())
     }
@@ -129,21 +125,6 @@ pub enum Piece {
         /// Whether it holds base64 of the bytes to store.
         base64: bool,
     },
-}
-
-impl Piece {
-    /// Bytes this piece holds (before any base64 decoding).
-    pub fn len(&self) -> u64 {
-        match self {
-            Self::Bytes(b) => b.len() as u64,
-            Self::File { spooled, .. } => spooled.len,
-        }
-    }
-
-    /// Whether the piece is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 /// Sends `pieces` to `send` in chunks of at most `chunk` bytes, reading files

@@ -668,11 +668,6 @@ impl Upstream {
         &self.spec
     }
 
-    /// How many times the upstream was started.
-    pub fn starts(&self) -> u64 {
-        self.starts.load(Ordering::Relaxed)
-    }
-
     /// A live connection, starting (or restarting) the upstream if needed.
     pub async fn peer(&self) -> Result<Peer<RoleClient>, UpstreamError> {
         let mut guard = self.running.lock().await;

@@ -247,7 +247,8 @@ impl CpuShare {
         })
     }
 
-    /// Guests waiting for a turn, per tenant (for tests and metrics).
+    /// Guests waiting for a turn, per tenant.
+    #[cfg(test)]
     pub fn waiting(&self) -> Vec<(String, usize)> {
         self.shared
             .lock()

@@ -28,8 +28,6 @@ pub struct Manifest {
     pub name: String,
     /// The runtime name requests use.
     pub runtime: String,
-    /// Language.
-    pub language: String,
     /// Language and implementation version.
     pub language_version: String,
     /// One line for an LLM choosing a runtime.

@@ -1,15 +1,15 @@
 //! Code mode: scripts in a wasmtime sandbox. This is the only module that
 //! names wasmtime.
 //!
-//! - [`engine`]: the engines (pooling, CoW images, epochs; fuel on demand).
-//! - [`images`]: runtime images, their manifests and the compile cache.
-//! - [`modules`]: callers' own modules: caps checked before compiling, and
+//! - `engine`: the engines (pooling, CoW images, epochs; fuel on demand).
+//! - `images`: runtime images, their manifests and the compile cache.
+//! - `modules`: callers' own modules: caps checked before compiling, and
 //!   the compiled ones cached by hash within a memory budget.
-//! - [`workdir`]: the per-exec directory (`/payloads`, `/spillway`, `/tmp`,
+//! - `workdir`: the per-exec directory (`/payloads`, `/spillway`, `/tmp`,
 //!   `/out`), built through cap-std.
-//! - [`pipe`]: capped stdout and stderr.
-//! - [`run`]: one run in a fresh store, and how it ended.
-//! - [`cpu`]: turns on the exec threads, shared by tenant, then session.
+//! - `pipe`: capped stdout and stderr.
+//! - `run`: one run in a fresh store, and how it ended.
+//! - `cpu`: turns on the exec threads, shared by tenant, then session.
 //! - [`limits`]: defaults, ceilings and clamping.
 //! - [`outcome`]: the status and the message for the model.
 //!
@@ -27,15 +27,15 @@
 //! exec priority, under a compile slot of its tenant and within the exec's
 //! deadline; no lock is shared between tenants' compiles.
 
-pub mod cpu;
-pub mod engine;
-pub mod images;
+mod cpu;
+mod engine;
+mod images;
 pub mod limits;
-pub mod modules;
+mod modules;
 pub mod outcome;
-pub mod pipe;
-pub mod run;
-pub mod workdir;
+mod pipe;
+mod run;
+mod workdir;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -54,8 +54,11 @@ use engine::{PoolSize, TickingEngine};
 use images::{Artifact, Manifest};
 use limits::ExecLimits;
 use modules::{Key as ModuleKey, ModuleCache, Shape};
-use run::{Ending, Linkers, Prepared, RunOutcome, RunSpec, ScratchLimit};
-use workdir::{ExecInput, OutFile, WorkRoot};
+use run::{Linkers, Prepared, RunSpec, ScratchLimit};
+use workdir::WorkRoot;
+
+pub use run::{Ending, RunOutcome};
+pub use workdir::{ExecInput, OutFile};
 
 /// The runtime that runs caller-supplied modules.
 pub const WASM_RUNTIME: &str = "wasm";

@@ -150,18 +150,15 @@ impl<V: Clone> ModuleCache<V> {
     }
 
     /// Bytes held.
-    pub fn bytes(&self) -> u64 {
+    #[cfg(test)]
+    fn bytes(&self) -> u64 {
         self.total
     }
 
     /// Modules held.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.entries.len()
-    }
-
-    /// Whether it holds nothing.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
     }
 }
 

@@ -19,9 +19,7 @@ use crate::ids::PayloadId;
 use crate::redact::{RedactCounts, Redactor};
 use crate::sandbox::limits::{self, ExecLimits};
 use crate::sandbox::outcome::{self, INVALID_SCRIPT_MARKER, Status as ExecStatus};
-use crate::sandbox::run::Ending;
-use crate::sandbox::workdir::ExecInput;
-use crate::sandbox::{ExecSpec, Finished};
+use crate::sandbox::{Ending, ExecInput, ExecSpec, Finished, OutFile};
 use crate::store::records::{PayloadRecord, SessionRecord, SessionState};
 use crate::store::{Store, StoreError, UploadMeta};
 
@@ -604,7 +602,7 @@ fn keep_outputs_as_payloads(
     store: &Store,
     session: &crate::ids::SessionId,
     runtime: &str,
-    files: Vec<crate::sandbox::workdir::OutFile>,
+    files: Vec<OutFile>,
     inputs: &[PayloadId],
     redactor: &Redactor,
     quota: crate::store::Quota,
