@@ -25,7 +25,7 @@ use crate::auth::TokenTable;
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::error::map_decode_status;
-use crate::inspect::cache::StructureCache;
+use crate::inspect::StructureCache;
 use crate::proto::{
     audit_server::AuditServer, code_mode_server::CodeModeServer, context_server::ContextServer,
     payloads_server::PayloadsServer, policies_server::PoliciesServer,

@@ -5,7 +5,7 @@
 use std::io::Read;
 
 use libfuzzer_sys::fuzz_target;
-use spillway::inspect::{detect, structure};
+use spillway::inspect::{detect, infer};
 
 /// A reader that hands out at most `step` bytes per call, so that every
 /// boundary case of the streaming parsers is reached.
@@ -25,14 +25,14 @@ impl Read for Trickle<'_> {
 
 fuzz_target!(|input: (u8, &str, &[u8])| {
     let (step, content_type, content) = input;
-    let _ = detect::detect(content, content_type);
+    let _ = detect(content, content_type);
     let lines = content.iter().filter(|&&b| b == b'\n').count() as u64
         + u64::from(!content.is_empty() && !content.ends_with(b"\n"));
     let reader = Trickle {
         data: content,
         step: (step as usize % 64) + 1,
     };
-    let s = structure::infer(reader, content.len() as u64, lines, content_type)
+    let s = infer(reader, content.len() as u64, lines, content_type)
         .expect("reading from memory cannot fail");
     assert_eq!(s.size_bytes, content.len() as u64);
     if let Some(at) = s.invalid_json_at {

@@ -208,7 +208,7 @@ pub fn receipt(r: &ReceiptRecord) -> proto::DeletionReceipt {
 }
 
 /// An inferred structure as the Inspect reply.
-pub fn structure(payload_id: &str, s: &crate::inspect::structure::Structure) -> proto::Structure {
+pub fn structure(payload_id: &str, s: &crate::inspect::Structure) -> proto::Structure {
     proto::Structure {
         payload_id: payload_id.to_owned(),
         detected_type: s.detected_type.clone(),

@@ -391,7 +391,7 @@ pub fn describe(key: &str, content: &str) -> ArchiveInfo {
         key: key.to_owned(),
         lines,
         chars: chars(content),
-        kind: detect::detect(content.as_bytes(), "").to_string(),
+        kind: detect(content.as_bytes(), "").to_string(),
     }
 }
 

@@ -412,8 +412,7 @@ impl Offloader {
             .await
             .map(|r| r.data)
             .unwrap_or_default();
-        let binary = crate::inspect::detect::detect(&head, &p.content_type)
-            == crate::inspect::detect::Kind::Binary;
+        let binary = crate::inspect::detect(&head, &p.content_type) == crate::inspect::Kind::Binary;
         let head = String::from_utf8_lossy(&head);
         let head: String = head.chars().take(500).collect();
         let omitted = p.size_bytes.saturating_sub(head.len() as u64);

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::inspect::jsonscan::string_end;
+use crate::inspect::string_end;
 
 /// Values longer than this (raw JSON bytes) go to a file.
 pub const SPILL_ABOVE: usize = 1 << 20;

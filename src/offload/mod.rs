@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::SessionId;
-use crate::inspect::detect::Kind;
+use crate::inspect::Kind;
 use crate::store::records::PayloadRecord;
 use crate::store::{Store, StoreError, UploadMeta, base_name};
 use decide::{Disposition, Item};

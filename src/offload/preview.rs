@@ -6,8 +6,7 @@
 use std::fmt::Write as _;
 use std::str::FromStr;
 
-use crate::inspect::detect::{self, Kind};
-use crate::inspect::jsonscan::{self, Top};
+use crate::inspect::{Kind, Top, detect, scan_json};
 use crate::text::{count_of, group};
 
 /// Bytes of a JSON payload scanned for its record count and keys: the
@@ -179,7 +178,7 @@ pub fn marker(omitted: u64, path: &str, payload_id: &str) -> String {
 /// style's default when `None`).
 pub fn build(content: &[u8], content_type: &str, style: Style, chars: Option<usize>) -> Preview {
     let budget = chars.unwrap_or_else(|| style.default_chars()).max(2);
-    let kind = detect::detect(content, content_type);
+    let kind = detect(content, content_type);
     let Ok(text) = std::str::from_utf8(content) else {
         return Preview {
             structure: Some(format!(
@@ -223,7 +222,7 @@ fn structure_line(content: &[u8], text: &str, kind: Kind) -> String {
     let mut s = format!("Structure: {kind}");
     match kind {
         Kind::JsonArray | Kind::JsonObject => {
-            if let Some(shape) = jsonscan::scan(content, JSON_SCAN_BYTES) {
+            if let Some(shape) = scan_json(content, JSON_SCAN_BYTES) {
                 let at_least = if shape.exact { "" } else { "≥" };
                 let what = match shape.top {
                     Top::Array => "records",

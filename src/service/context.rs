@@ -296,7 +296,7 @@ impl Archive for StoreArchive<'_> {
             key: key.to_owned(),
             lines: p.line_count,
             chars: p.chars,
-            kind: crate::inspect::detect::detect(&head.data, "").to_string(),
+            kind: crate::inspect::detect(&head.data, "").to_string(),
         }))
     }
 

@@ -45,7 +45,7 @@ use crate::config::Config;
 use crate::error::{ApiError, ApiResult};
 use crate::fairness::{Bound, KeyedSlots, Refused};
 use crate::ids::SessionId;
-use crate::inspect::cache::StructureCache;
+use crate::inspect::StructureCache;
 use crate::policy::PolicyOverrides;
 use crate::policy::{self, Policy, PolicyError};
 use crate::reaper::ReaperHandle;

@@ -13,8 +13,8 @@ use crate::auth::Principal;
 use crate::auth::access::{Access, Rpc, Source};
 use crate::error::{ApiError, ApiResult};
 use crate::ids::{PayloadId, SessionId};
+use crate::inspect::Structure;
 use crate::inspect::search::Hit;
-use crate::inspect::structure::Structure;
 use crate::offload::{Outcome, Overrides, ToolResult};
 use crate::store::records::{PayloadRecord, ReceiptRecord};
 use crate::store::{Page, StoreError, UploadMeta};
@@ -381,7 +381,7 @@ impl Service {
         let (store, cache) = (self.store.clone(), self.inspect_cache.clone());
         let record = payload.clone();
         let structure = blocking(move || {
-            let content = crate::inspect::cache::Content {
+            let content = crate::inspect::Content {
                 sha256: &record.sha256,
                 content_type: &record.content_type,
                 size: record.size,
