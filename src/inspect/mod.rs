@@ -15,9 +15,9 @@ mod detect;
 mod jsonpath;
 mod jsonscan;
 pub mod search;
+mod structure;
 
 pub use cache::{Content, StructureCache};
 pub use detect::{Kind, detect};
 pub use jsonscan::{Top, scan as scan_json, string_end};
 pub use structure::{Structure, infer};
-mod structure;
