@@ -3,12 +3,12 @@
 //!
 //! It is a front door like gRPC: sign-in authenticates the bearer token
 //! against the server's token table (the same one the gRPC interceptor
-//! uses) and keeps the principal server-side ([`auth`]); every page and
+//! uses) and keeps the principal server-side (`auth`); every page and
 //! action then calls one [`crate::service::Service`] operation with that
 //! principal, so the access decisions and audit are those of every other
 //! door, decided once, in the service layer. The console never reads the
 //! store itself. The only thing it checks on its own is which links and
-//! buttons to show ([`views::may`], from the same access table), and that
+//! buttons to show (`views::may`, from the same access table), and that
 //! is a courtesy: the service decides.
 //!
 //! Layout:
@@ -18,7 +18,7 @@
 //!   extractor, sign-in and sign-out, and service errors as pages.
 //! - `views`: the page frame and shared pieces (maud templates).
 //! - `charts`: SVG charts (plotters).
-//! - [`overview`], [`policy`], [`sessions`], [`audit`]: the pages.
+//! - `overview`, `policy`, `sessions`, `audit`: the pages.
 
 mod audit;
 mod auth;

@@ -637,7 +637,6 @@ pub struct Upstream {
     running: tokio::sync::Mutex<Option<Running>>,
     /// Frame guard counters of the current child.
     pub stats: RwLock<Arc<GuardStats>>,
-    starts: AtomicU64,
     /// Where a child's oversized result values wait for the offloader.
     spools: Spools,
 }
@@ -653,7 +652,6 @@ impl Upstream {
             relay,
             running: tokio::sync::Mutex::new(None),
             stats: RwLock::new(Arc::new(GuardStats::default())),
-            starts: AtomicU64::new(0),
             spools,
         }
     }
@@ -747,7 +745,6 @@ impl Upstream {
     }
 
     async fn start(&self) -> Result<Running, UpstreamError> {
-        self.starts.fetch_add(1, Ordering::Relaxed);
         let what = self.spec.to_string();
         let fail = |why: String| UpstreamError::Start {
             what: what.clone(),
