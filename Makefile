@@ -110,9 +110,10 @@ console-screenshots: images console-deps ## The console's browser tests, writing
 bench-console: images ## The sessions page with 10 000 sessions: p50/p95 server time (release build)
 	$(CARGO) bench --locked --bench console_sessions
 
-lint: ## Clippy with warnings as errors, and rustfmt
+lint: ## Clippy with warnings as errors, rustfmt, and the API docs without broken links
 	$(CARGO) clippy --locked --all-targets -- -D warnings
 	$(CARGO) fmt --all -- --check
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --locked --no-deps
 
 fmt: ## Format the code
 	$(CARGO) fmt --all

@@ -73,7 +73,7 @@ impl ClientSettings {
                 let dir = data_dir
                     .map(Path::to_path_buf)
                     .unwrap_or_else(|| PathBuf::from("./spillway-data"));
-                let file = dir.join(crate::auth::tokens::DEV_TOKEN_FILE);
+                let file = dir.join(crate::auth::DEV_TOKEN_FILE);
                 match std::fs::read_to_string(&file) {
                     Ok(t) => t.trim().to_owned(),
                     Err(_) => bail!(

@@ -29,7 +29,8 @@
 //!   place.
 //! - [`faults`]: named crash points for crash tests of the real binary.
 //! - [`fsutil`]: owner-only durable file writes (dev token, receipt key).
-//! - [`text`]: numbers in words (grouped digits, counted nouns).
+//! - [`text`]: numbers in words (grouped digits, counted nouns), and cuts
+//!   that keep a head and a tail without splitting a character.
 //! - [`receipt`]: deletion receipts' canonical bytes and HMAC-SHA256
 //!   signatures, pure; the server signs with it, the CLI verifies.
 //! - [`reaper`]: the background task that deletes what has expired, paced,

@@ -1,6 +1,6 @@
 //! Builds and runs the gRPC server: Sessions, Payloads, Context, CodeMode,
 //! Audit and Policies behind the authenticating interceptor, plus `grpc.health.v1`
-//! and reflection (v1 and v1alpha). One list ([`Served`]) feeds the router
+//! and reflection (v1 and v1alpha). One list (`Served`) feeds the router
 //! and health, so every served service reports its status.
 //!
 //! Shutdown: when the shutdown future resolves, health turns NOT_SERVING,

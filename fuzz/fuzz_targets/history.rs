@@ -6,21 +6,20 @@
 use std::collections::HashMap;
 
 use libfuzzer_sys::fuzz_target;
-use spillway::context::adapters::{self, Format};
-use spillway::context::compact::{self, Archive, ArchiveInfo, CompactSettings};
-use spillway::context::model::{Block, Message};
-use spillway::context::repair;
+use spillway::context::{
+    self, Archive, ArchiveInfo, Block, CompactSettings, Format, History, Message,
+};
 
 struct MemArchive(HashMap<String, String>);
 
 impl Archive for MemArchive {
     type Error = std::convert::Infallible;
     fn find(&mut self, key: &str) -> Result<Option<ArchiveInfo>, Self::Error> {
-        Ok(self.0.get(key).map(|c| compact::describe(key, c)))
+        Ok(self.0.get(key).map(|c| context::describe(key, c)))
     }
     fn store(&mut self, key: &str, content: &str, _: &str) -> Result<ArchiveInfo, Self::Error> {
         self.0.insert(key.to_owned(), content.to_owned());
-        Ok(compact::describe(key, content))
+        Ok(context::describe(key, content))
     }
 }
 
@@ -50,14 +49,14 @@ fuzz_target!(|input: (bool, u8, u8, &[u8])| {
     let Ok(value) = serde_json::from_slice::<serde_json::Value>(json) else {
         return;
     };
-    let Ok(history) = adapters::import(value, format) else {
+    let Ok(history) = context::import_history(value, format) else {
         return;
     };
     // Export may reshape (Anthropic merges consecutive result messages into
     // one user message and folds system messages into `system`), but it
     // must give JSON that imports, with every call and result intact.
-    let exported = adapters::export(&history, format);
-    let again = adapters::import(exported.clone(), format)
+    let exported = context::export_history(&history, format);
+    let again = context::import_history(exported.clone(), format)
         .unwrap_or_else(|e| panic!("export gave JSON import refuses: {e}\n{exported}"));
     assert_eq!(
         calls_and_results(&again.messages),
@@ -65,12 +64,12 @@ fuzz_target!(|input: (bool, u8, u8, &[u8])| {
         "round trip changed the calls or results\n{exported}"
     );
 
-    let (repaired, _) = repair::repair(history.messages.clone());
+    let (repaired, _) = context::repair(history.messages.clone());
     assert!(
-        !repair::needs_repair(&repaired),
+        !context::needs_repair(&repaired),
         "repair left something to repair"
     );
-    let (twice, report) = repair::repair(repaired.clone());
+    let (twice, report) = context::repair(repaired.clone());
     assert!(report.is_empty(), "repair is not idempotent: {report:?}");
     assert_eq!(twice, repaired);
 
@@ -86,13 +85,13 @@ fuzz_target!(|input: (bool, u8, u8, &[u8])| {
     };
     let mut archive = MemArchive(HashMap::new());
     let Ok((compacted, _, _)) =
-        compact::compact(history.messages, u32::from(turn), &settings, &mut archive);
+        context::compact(history.messages, u32::from(turn), &settings, &mut archive);
     assert!(
-        !repair::needs_repair(&compacted),
+        !context::needs_repair(&compacted),
         "compaction broke call/result pairing"
     );
-    let _ = adapters::export(
-        &adapters::History {
+    let _ = context::export_history(
+        &History {
             messages: compacted,
             rest: None,
         },

@@ -4,13 +4,14 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use spillway::offload::preview::{self, Style};
+use spillway::offload::{Style, build_preview};
+use spillway::text;
 
 fuzz_target!(|input: (u8, u16, &str, &[u8])| {
     let (style, chars, content_type, content) = input;
     let style = [Style::Structured, Style::Edges, Style::Lines][style as usize % 3];
     let chars = (chars != 0).then_some(chars as usize);
-    let p = preview::build(content, content_type, style, chars);
+    let p = build_preview(content, content_type, style, chars);
     let _ = p.render("sessions/ses_x/p.txt", "pay_x");
 
     let Ok(text) = std::str::from_utf8(content) else {
@@ -18,18 +19,15 @@ fuzz_target!(|input: (u8, u16, &str, &[u8])| {
     };
     let n = chars.unwrap_or(0) % 4096;
     let total = text.chars().count() as u64;
-    let head = preview::head_chars(text, n);
+    let head = text::head_chars(text, n);
     assert!(text.starts_with(head));
     assert_eq!(head.chars().count(), n.min(total as usize));
-    let tail = preview::tail_chars(text, n);
+    let tail = text::tail_chars(text, n);
     assert!(text.ends_with(tail));
     assert_eq!(tail.chars().count(), n.min(total as usize));
-    for cut in [
-        preview::cut_edges(text, n),
-        preview::cut_lines(text, n, n / 4),
-    ]
-    .into_iter()
-    .flatten()
+    for cut in [text::cut_edges(text, n), text::cut_lines(text, n, n / 4)]
+        .into_iter()
+        .flatten()
     {
         assert!(text.starts_with(cut.head));
         assert!(text.ends_with(cut.tail));

@@ -3,10 +3,9 @@
 use tracing::instrument;
 
 use super::convert;
-use crate::context::compact::CompactSettings;
-use crate::context::formats;
-use crate::context::model::{self, Block, Message, Role};
-use crate::context::repair::RepairReport;
+use crate::context::{
+    self, Block, CompactSettings, FormatError, HistoryShape, Message, RepairReport, Role,
+};
 use crate::error::ApiError;
 use crate::proto::{self, block, context_server::Context};
 
@@ -43,15 +42,15 @@ pub fn messages_from_proto(messages: Vec<proto::Message>) -> Result<Vec<Message>
                 .enumerate()
                 .map(|(j, b)| match b.block {
                     Some(block::Block::Text(t)) => Ok(Block::Text(t)),
-                    Some(block::Block::ToolUse(u)) => Ok(Block::ToolUse(model::ToolUse { id: u.id, name: u.name, input_json: u.input_json })),
-                    Some(block::Block::ToolResult(r)) => Ok(Block::ToolResult(model::ToolResult {
+                    Some(block::Block::ToolUse(u)) => Ok(Block::ToolUse(context::ToolUse { id: u.id, name: u.name, input_json: u.input_json })),
+                    Some(block::Block::ToolResult(r)) => Ok(Block::ToolResult(context::ToolResult {
                         tool_use_id: r.tool_use_id,
                         content: r.content,
                         is_error: r.is_error,
                         error_code: r.error_code,
                         tool_name: r.tool_name,
                     })),
-                    Some(block::Block::Part(p)) => Ok(Block::Part(model::Part { json: p.json, of_result: p.of_result })),
+                    Some(block::Block::Part(p)) => Ok(Block::Part(context::Part { json: p.json, of_result: p.of_result })),
                     None => Err(ApiError::BadRequest(format!("messages[{i}].blocks[{j}] is empty; set text, tool_use, tool_result or part"))),
                 })
                 .collect::<Result<Vec<_>, _>>()?;
@@ -106,15 +105,18 @@ async fn history_in(
     format: i32,
     json: String,
     messages: Vec<proto::Message>,
-) -> Result<(Vec<Message>, Option<formats::Shape>), ApiError> {
-    let bad = |e: formats::FormatError| match e {
-        formats::FormatError::TooLarge { .. } => ApiError::Limit(e.to_string()),
+) -> Result<(Vec<Message>, Option<HistoryShape>), ApiError> {
+    let bad = |e: FormatError| match e {
+        FormatError::TooLarge { .. } => ApiError::Limit(e.to_string()),
         e => ApiError::BadRequest(e.to_string()),
     };
-    let Some(format) = formats::requested(format, &json, !messages.is_empty()).map_err(bad)? else {
+    let Some(format) =
+        context::requested_format(format, &json, !messages.is_empty()).map_err(bad)?
+    else {
         return messages_from_proto(messages).map(|m| (m, None));
     };
-    let (m, shape) = off_runtime(move || formats::decode(format, &json).map_err(bad)).await?;
+    let (m, shape) =
+        off_runtime(move || context::decode_history(format, &json).map_err(bad)).await?;
     if m.len() > MAX_MESSAGES {
         return Err(ApiError::BadRequest(format!(
             "{} messages; at most {MAX_MESSAGES} are allowed",
@@ -127,11 +129,11 @@ async fn history_in(
 /// A reply's history: in the request's format, or as neutral messages.
 async fn history_out(
     messages: Vec<Message>,
-    shape: Option<formats::Shape>,
+    shape: Option<HistoryShape>,
 ) -> Result<(Vec<proto::Message>, String), ApiError> {
     match shape {
         Some(shape) => {
-            off_runtime(move || Ok((Vec::new(), formats::encode(shape, messages)))).await
+            off_runtime(move || Ok((Vec::new(), context::encode_history(shape, messages)))).await
         }
         None => Ok((messages_to_proto(messages), String::new())),
     }

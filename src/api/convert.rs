@@ -8,7 +8,7 @@ use crate::policy::{ExecCeiling, Policy, PolicyOverrides};
 use crate::proto;
 use crate::sandbox::limits::ExecLimits;
 use crate::sandbox::outcome::Status as ExecStatus;
-use crate::store::records::{PayloadRecord, ReceiptRecord, SessionRecord, SessionState};
+use crate::store::{PayloadRecord, ReceiptRecord, SessionRecord, SessionState};
 
 /// Milliseconds since the epoch as a protobuf timestamp.
 pub fn timestamp(ms: Millis) -> Timestamp {
@@ -248,7 +248,7 @@ pub fn structure(payload_id: &str, s: &crate::inspect::Structure) -> proto::Stru
 
 /// One result's offload outcome as a message.
 pub fn outcome(o: crate::offload::Outcome) -> proto::OffloadOutcome {
-    use crate::offload::decide::Disposition as D;
+    use crate::offload::Disposition as D;
     let (disposition, reason) = match o.disposition {
         D::Inline => (proto::Disposition::Inline, proto::OffloadReason::None),
         D::PerCall => (proto::Disposition::Offloaded, proto::OffloadReason::PerCall),
@@ -313,10 +313,10 @@ pub fn exec_status(s: ExecStatus) -> proto::ExecStatus {
 }
 
 /// A notice dialect from its wire value; unknown values are gRPC's.
-pub fn notice_dialect(d: i32) -> crate::offload::notice::Dialect {
+pub fn notice_dialect(d: i32) -> crate::offload::Dialect {
     match proto::NoticeDialect::try_from(d) {
-        Ok(proto::NoticeDialect::Mcp) => crate::offload::notice::Dialect::Mcp,
-        _ => crate::offload::notice::Dialect::Grpc,
+        Ok(proto::NoticeDialect::Mcp) => crate::offload::Dialect::Mcp,
+        _ => crate::offload::Dialect::Grpc,
     }
 }
 

@@ -6,7 +6,7 @@ use super::convert;
 use crate::error::ApiError;
 use crate::proto::{self, sessions_server::Sessions};
 use crate::service::{CreateSession, SessionFilter, StateFilter};
-use crate::store::records::SessionState;
+use crate::store::SessionState;
 
 front!(
     /// The Sessions service.

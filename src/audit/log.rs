@@ -29,7 +29,7 @@
 //!
 //! **Keys.** `tenant \0 seq` with `seq` as a big-endian `u64`, so a range
 //! scan returns a chain in order. Values are the event's JSON (with `hash`)
-//! in the versioned envelope of [`records`].
+//! in the store's versioned value envelope ([`encode_record`]).
 //!
 //! **Verification** streams a chain through [`Verifier`] in pages and then
 //! compares where it ended with the head: events cut off the end leave a
@@ -51,8 +51,8 @@ use super::journal::Journal;
 use super::outcome;
 use crate::clock::{Clock, Millis};
 use crate::store::engine::{Batch, Engine, EngineError, Tree, prefix_end};
-use crate::store::records;
 use crate::store::{Page, Result, StoreError};
+use crate::store::{decode_record, encode_record};
 
 /// Prefix of the chain heads' keys in [`Tree::Meta`].
 const HEAD_PREFIX: &[u8] = b"audit_head\0";
@@ -341,9 +341,9 @@ impl AuditLog {
             if !op.key.starts_with(HEAD_PREFIX) {
                 continue;
             }
-            let journaled: HeadRecord = records::decode(value)?;
+            let journaled: HeadRecord = decode_record(value)?;
             let stored = match self.engine.get(Tree::Meta, &op.key)? {
-                Some(raw) => records::decode::<HeadRecord>(&raw)?.seq,
+                Some(raw) => decode_record::<HeadRecord>(&raw)?.seq,
                 None => 0,
             };
             if journaled.seq > stored {
@@ -483,7 +483,7 @@ impl AuditLog {
                 batch.put(
                     Tree::Audit,
                     event_key(&event.tenant, event.seq),
-                    records::encode(&event),
+                    encode_record(&event),
                 );
                 sealed.push(event);
             }
@@ -494,7 +494,7 @@ impl AuditLog {
                 seq: builder.next_seq() - 1,
                 hash: builder.last_hash().to_owned(),
             };
-            batch.put(Tree::Meta, head_key(tenant), records::encode(&head));
+            batch.put(Tree::Meta, head_key(tenant), encode_record(&head));
         }
         match &self.journal {
             Some(journal) => lock(journal).commit(&*self.engine, batch)?,
@@ -533,7 +533,7 @@ impl AuditLog {
         self.settle()?;
         let (seq, hash) = match self.engine.get(Tree::Meta, &head_key(tenant))? {
             Some(raw) => {
-                let h: HeadRecord = records::decode(&raw)?;
+                let h: HeadRecord = decode_record(&raw)?;
                 (h.seq, h.hash)
             }
             None => (0, GENESIS_HASH.to_owned()),
@@ -564,7 +564,7 @@ impl AuditLog {
         let last_seq = seq_of(&after, prefix.len()).unwrap_or(seq);
         // Link to the last stored event's hash when it can be read; if not,
         // the chain breaks there, and verification names that event.
-        let last_hash = records::decode::<AuditEvent>(&value)
+        let last_hash = decode_record::<AuditEvent>(&value)
             .map(|e| e.hash)
             .unwrap_or_else(|_| GENESIS_HASH.to_owned());
         tracing::error!(
@@ -582,7 +582,7 @@ impl AuditLog {
             // Another replica may have moved it: the stored head is the head.
             return Ok(match self.engine.get(Tree::Meta, &head_key(tenant))? {
                 Some(raw) => {
-                    let h: HeadRecord = records::decode(&raw)?;
+                    let h: HeadRecord = decode_record(&raw)?;
                     (h.seq, h.hash)
                 }
                 None => (0, GENESIS_HASH.to_owned()),
@@ -619,7 +619,7 @@ impl AuditLog {
             .into_iter()
             .filter_map(|(k, v)| {
                 let seq = seq_of(&k, prefix_len)?;
-                Some((seq, records::decode::<AuditEvent>(&v).ok()))
+                Some((seq, decode_record::<AuditEvent>(&v).ok()))
             })
             .collect())
     }
@@ -655,7 +655,7 @@ impl AuditLog {
     /// most `page_size` of them, from where `page_token` says (empty: from
     /// the start). The page's `next_token` is empty when nothing follows.
     /// A page may be short, even empty, while more follow: see
-    /// [`QUERY_SCAN_BUDGET`].
+    /// `QUERY_SCAN_BUDGET`.
     pub fn query(
         &self,
         tenant: &str,
@@ -877,7 +877,7 @@ mod tests {
         );
         assert_eq!(a.outcome, "ok");
         assert_eq!(f.all("acme"), vec![a, b.clone()]);
-        let stored: HeadRecord = records::decode(
+        let stored: HeadRecord = decode_record(
             &f.engine
                 .get(Tree::Meta, &head_key("acme"))
                 .unwrap()
@@ -896,7 +896,7 @@ mod tests {
             .get(Tree::Audit, &event_key("acme", 2))
             .unwrap()
             .unwrap();
-        assert_eq!(raw[0], records::VALUE_FORMAT);
+        assert_eq!(raw[0], crate::store::VALUE_FORMAT);
         assert_eq!(&raw[1..], b.to_export_line().as_bytes());
     }
 
@@ -1514,7 +1514,7 @@ mod tests {
         last.detail = "rewritten".into();
         let last = crate::audit::seal(&last.prev_hash.clone(), last);
         f.engine
-            .put(Tree::Audit, &event_key("acme", 10), &records::encode(&last))
+            .put(Tree::Audit, &event_key("acme", 10), &encode_record(&last))
             .unwrap();
         assert!(verify(f.all("acme")).ok, "the chain alone cannot tell");
         assert_eq!(

@@ -1,9 +1,10 @@
 //! The audit log: every governed action becomes an [`AuditEvent`] in a
 //! tamper-evident hash chain (api.md, "Audit").
 //!
-//! - [`chain`]: the event, its canonical bytes, sealing, streaming
-//!   verification and the export line format. Pure logic, no storage.
-//! - [`log`]: the stored log, one chain per tenant: durable, serialized
+//! - `chain`: the event ([`AuditEvent`]), its canonical bytes, sealing
+//!   ([`seal`]), streaming verification ([`Verifier`], [`verify_export`])
+//!   and the export line format. Pure logic, no storage.
+//! - `log`: the stored log ([`AuditLog`]), one chain per tenant: durable, serialized
 //!   (group-committed) appends, queries with filters and paging, and
 //!   verification against the stored head.
 //! - `journal`: on a local engine, what makes an append durable with one
@@ -13,22 +14,24 @@
 //! - [`action`] and [`outcome`]: the names events use.
 //!
 //! `scripts/verify_audit.py` verifies an export with nothing but Python's
-//! standard library; a unit test keeps it and [`chain`] in agreement.
+//! standard library; a unit test keeps it and `chain` in agreement.
+//!
+//! The door is the names re-exported here; the modules are private.
 
-pub mod chain;
+mod chain;
 mod journal;
-pub mod log;
+mod log;
 mod writer;
 
 pub use chain::{
     AuditEvent, ChainBuilder, GENESIS_HASH, Verifier, VerifyOutcome, event_time, seal, verify,
     verify_export,
 };
-pub use log::{AuditLog, Filter, NewEvent, Verified};
+pub use log::{AuditLog, Filter, NewEvent, Verified, event_key};
 pub use writer::AuditWriter;
 
 use crate::ids::SessionId;
-use crate::store::records::ReceiptRecord;
+use crate::store::ReceiptRecord;
 
 /// What went wrong reading audit events.
 #[derive(Debug, thiserror::Error)]

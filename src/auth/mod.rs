@@ -5,11 +5,11 @@
 //! `token_sha256` in the config never exists in plain text on the server.
 
 pub mod access;
-pub mod tokens;
+mod tokens;
 
 use serde::{Deserialize, Serialize};
 
-pub use tokens::{DevToken, TokenConfig, TokenTable};
+pub use tokens::{DEV_TOKEN_FILE, DevToken, TokenConfig, TokenTable};
 
 /// A role a principal can hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]

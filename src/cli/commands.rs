@@ -416,7 +416,7 @@ async fn dispatch(c: &mut Clients, command: Command, json: bool) -> anyhow::Resu
 }
 
 async fn context(c: &mut Clients, cmd: ContextCommand, json: bool) -> anyhow::Result<()> {
-    use crate::context::formats::MAX_HISTORY_JSON_BYTES;
+    use crate::context::MAX_HISTORY_JSON_BYTES;
     // The server converts: the file goes as it is, with its format.
     let fmt = |f: HistoryFormat| match f {
         HistoryFormat::Openai => proto::HistoryFormat::OpenaiChat,

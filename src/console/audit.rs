@@ -19,7 +19,7 @@ use crate::clock::Millis;
 use crate::proto;
 use crate::receipt::{RemovedItem, Signed};
 use crate::service::ReceiptLookup;
-use crate::store::records::ReceiptRecord;
+use crate::store::ReceiptRecord;
 
 /// Events per query page.
 const PAGE: u32 = 100;

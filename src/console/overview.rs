@@ -17,7 +17,7 @@ use super::views::{self, Section, may};
 use crate::auth::access::{self, Rpc};
 use crate::service::StateFilter;
 use crate::store::UsageSample;
-use crate::store::records::{SessionRecord, SessionState};
+use crate::store::{SessionRecord, SessionState};
 
 /// A verification older than this is redone when the overview is shown.
 const VERIFY_STALE: Duration = Duration::from_secs(10 * 60);

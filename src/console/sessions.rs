@@ -17,7 +17,7 @@ use crate::clock::Millis;
 use crate::policy::Policy;
 use crate::service::{ReadRequest, SessionFilter, StateFilter};
 use crate::store::ReadSpec;
-use crate::store::records::{PayloadRecord, SessionRecord, SessionState};
+use crate::store::{PayloadRecord, SessionRecord, SessionState};
 
 /// Sessions per list page.
 const PAGE: u32 = 50;

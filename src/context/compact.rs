@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 use super::model::{Block, Message, Role};
 use super::repair::{self, RepairReport};
 use crate::inspect::detect;
-use crate::offload::preview::cut_lines;
+use crate::text::cut_lines;
 use crate::text::{count_of, group};
 
 /// Settings of one compaction.

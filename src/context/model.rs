@@ -44,7 +44,7 @@ pub struct ToolResult {
 /// an image, a document, a thinking block, a Responses reasoning item.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Part {
-    /// Its JSON text, as it came (see [`crate::context::adapters`] for what
+    /// Its JSON text, as it came (see the context room's adapters for what
     /// one part is in each format).
     pub json: String,
     /// It belongs to the content of the tool result just before it in the

@@ -130,7 +130,7 @@ impl fmt::Display for Kind {
     }
 }
 
-/// Detects the kind of `content` (only its first [`SNIFF_BYTES`] are read),
+/// Detects the kind of `content` (only its first `SNIFF_BYTES` are read),
 /// using `content_type` as a hint where it is specific.
 pub fn detect(content: &[u8], content_type: &str) -> Kind {
     let head = &content[..content.len().min(SNIFF_BYTES)];

@@ -155,7 +155,7 @@ pub async fn ensure_server(dir: &Path) -> Result<String, McpError> {
                 log_name.display()
             )));
         }
-        if answers(&addr).await && dir.join(crate::auth::tokens::DEV_TOKEN_FILE).is_file() {
+        if answers(&addr).await && dir.join(crate::auth::DEV_TOKEN_FILE).is_file() {
             break;
         }
         if started.elapsed() > Duration::from_secs(60) {

@@ -39,7 +39,7 @@ use super::backend::Backend;
 use super::session::SessionSlot;
 use super::spool::{Piece, Spooled, Spools};
 use super::tools::payload_uri;
-use crate::offload::notice::{Dialect, NoticeFacts, Shape, Why, render_in};
+use crate::offload::{Dialect, NoticeFacts, Shape, Why, render_in};
 use crate::proto;
 
 /// Parts above this size skip the Offload RPC and are streamed into Upload.

@@ -1,18 +1,21 @@
 //! Offload: for one turn of tool results, decide what stays inline and what
 //! is stored whole and replaced by a notice (behaviour.md §1 and §2).
 //!
-//! - [`estimate`]: token estimators.
-//! - [`decide`]: the per-call and aggregate rules, as a pure function.
-//! - [`preview`]: the `structured`, `edges` and `lines` previews.
-//! - [`notice`]: the text that replaces an offloaded result.
+//! - `estimate`: token estimators ([`Estimator`]).
+//! - `decide`: the per-call and aggregate rules, as a pure function that
+//!   gives each result a [`Disposition`].
+//! - `preview`: the `structured`, `edges` and `lines` previews
+//!   ([`build_preview`]).
+//! - `notice`: the text that replaces an offloaded result ([`render_in`]).
 //!
 //! [`offload_turn`] ties them to the store. It blocks; the API calls it on
-//! the blocking pool.
+//! the blocking pool. The door is what this file defines and re-exports;
+//! the four modules are private.
 
-pub mod decide;
-pub mod estimate;
-pub mod notice;
-pub mod preview;
+mod decide;
+mod estimate;
+mod notice;
+mod preview;
 
 use std::collections::BTreeMap;
 
@@ -20,12 +23,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::ids::SessionId;
 use crate::inspect::Kind;
-use crate::store::records::PayloadRecord;
+use crate::store::PayloadRecord;
 use crate::store::{Store, StoreError, UploadMeta, base_name};
-use decide::{Disposition, Item};
-use estimate::{Estimate, Estimator};
-use notice::{NoticeFacts, Shape, Why};
-use preview::{Preview, Style};
+use decide::Item;
+use estimate::Estimate;
+
+pub use decide::Disposition;
+pub use estimate::Estimator;
+pub use notice::{Dialect, NoticeFacts, Shape, Why, render_in};
+pub use preview::{Preview, Style, build as build_preview};
 
 /// The `[offload]` config section: the server's defaults.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -331,7 +337,7 @@ pub fn offload_turn(
 
     // A closed session takes no turn, even an all-inline one.
     let state = store.session(session)?.state;
-    if state != crate::store::records::SessionState::Open {
+    if state != crate::store::SessionState::Open {
         return Err(StoreError::SessionClosed(session.clone()).into());
     }
     let mut stored: Vec<crate::ids::PayloadId> = Vec::new();

@@ -76,8 +76,9 @@ pub enum Dialect {
     Mcp,
 }
 
-/// Writes the notice, in the gRPC dialect.
-pub fn render(f: &NoticeFacts<'_>, why: Why, preview: &str) -> String {
+/// Writes the notice, in the gRPC dialect (the tests' shorthand).
+#[cfg(test)]
+fn render(f: &NoticeFacts<'_>, why: Why, preview: &str) -> String {
     render_in(Dialect::Grpc, f, why, preview)
 }
 
@@ -441,7 +442,7 @@ mod fixture {
         // What a compacted history leaves of an old result.
         out += &format!(
             "===== compaction stub, cleared\n{}\n",
-            crate::context::compact::cleared_stub(&crate::context::compact::ArchiveInfo {
+            crate::context::cleared_stub(&crate::context::ArchiveInfo {
                 key: "0123456789abcdef".into(),
                 lines: 1,
                 chars: 164_736,

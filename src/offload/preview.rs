@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use std::str::FromStr;
 
 use crate::inspect::{Kind, Top, detect, scan_json};
-use crate::text::{count_of, group};
+use crate::text::{count_chars, count_of, cut_edges, cut_lines, group, head_chars};
 
 /// Bytes of a JSON payload scanned for its record count and keys: the
 /// scan is linear and the content is already in memory, so every result up
@@ -49,83 +49,6 @@ impl Style {
             Style::Lines => 5000,
         }
     }
-}
-
-/// A head and a tail with the count of chars between them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Cut<'a> {
-    /// The start.
-    pub head: &'a str,
-    /// The end.
-    pub tail: &'a str,
-    /// Chars left out between them.
-    pub omitted: u64,
-}
-
-/// The first `n` chars.
-pub fn head_chars(text: &str, n: usize) -> &str {
-    match text.char_indices().nth(n) {
-        Some((i, _)) => &text[..i],
-        None => text,
-    }
-}
-
-/// The last `n` chars.
-pub fn tail_chars(text: &str, n: usize) -> &str {
-    if n == 0 {
-        return "";
-    }
-    match text.char_indices().rev().nth(n - 1) {
-        Some((i, _)) => &text[i..],
-        None => text,
-    }
-}
-
-fn count_chars(s: &str) -> u64 {
-    bytecount::num_chars(s.as_bytes()) as u64
-}
-
-/// TrueForge's edges: the first and last `n` chars; whole when the text has
-/// `2n` chars or fewer.
-pub fn cut_edges(text: &str, n: usize) -> Option<Cut<'_>> {
-    let total = count_chars(text);
-    if total <= 2 * n as u64 {
-        return None;
-    }
-    Some(Cut {
-        head: head_chars(text, n),
-        tail: tail_chars(text, n),
-        omitted: total - 2 * n as u64,
-    })
-}
-
-/// ChatCLI's lines cut: a head of `head` chars cut back to its last newline
-/// when that newline lies past half of the head, and a tail of `tail` chars
-/// that starts after its first newline when that newline lies within the
-/// first half of the tail. Whole when the text is no longer than
-/// `head + tail + 100`.
-pub fn cut_lines(text: &str, head: usize, tail: usize) -> Option<Cut<'_>> {
-    let total = count_chars(text);
-    if total <= (head + tail + 100) as u64 {
-        return None;
-    }
-    let mut h = head_chars(text, head);
-    if let Some(nl) = h.rfind('\n')
-        && count_chars(&h[..nl]) > (head / 2) as u64
-    {
-        h = &h[..nl];
-    }
-    let mut t = tail_chars(text, tail);
-    if let Some(nl) = t.find('\n')
-        && count_chars(&t[..nl]) < (tail / 2) as u64
-    {
-        t = &t[nl + 1..];
-    }
-    Some(Cut {
-        head: h,
-        tail: t,
-        omitted: total - count_chars(h) - count_chars(t),
-    })
 }
 
 /// A preview before the payload's handle is known.
@@ -307,79 +230,10 @@ fn line_count(content: &[u8]) -> u64 {
 mod tests {
     use super::*;
 
-    /// The default lines cut: a 4000-char head and a 1000-char tail.
-    fn lines_cut(text: &str) -> Cut<'_> {
-        cut_lines(text, 4000, 1000).unwrap()
-    }
-
     #[test]
-    fn edges_keep_short_content_whole_and_cut_long_content() {
-        assert_eq!(cut_edges(&"a".repeat(200), 100), None);
-        let text = format!("{}{}{}", "h".repeat(100), "m".repeat(50), "t".repeat(100));
-        let c = cut_edges(&text, 100).unwrap();
-        assert_eq!(
-            (c.head, c.tail, c.omitted),
-            ("h".repeat(100).as_str(), "t".repeat(100).as_str(), 50)
-        );
-    }
-
-    #[test]
-    fn lines_keep_content_up_to_head_plus_tail_plus_100_whole() {
-        assert_eq!(cut_lines(&"x".repeat(5100), 4000, 1000), None);
-        assert!(cut_lines(&"x".repeat(5101), 4000, 1000).is_some());
-    }
-
-    #[test]
-    fn lines_head_cuts_back_to_a_newline_past_half() {
-        // Newline at char 3000 (past 2000): head ends there.
-        let text = format!("{}\n{}", "a".repeat(3000), "b".repeat(10_000));
-        let c = lines_cut(&text);
-        assert_eq!(c.head, "a".repeat(3000));
-        // Newline at char 1000 (not past half): head keeps 4000 chars.
-        let text = format!("{}\n{}", "a".repeat(1000), "b".repeat(10_000));
-        assert_eq!(count_chars(lines_cut(&text).head), 4000);
-    }
-
-    #[test]
-    fn lines_tail_starts_after_a_newline_in_its_first_half() {
-        let text = format!("{}\n{}", "a".repeat(10_000), "z".repeat(700));
-        // The tail's first 1000 chars hold a newline at 299 (< 500).
-        let c = lines_cut(&text);
-        assert_eq!(c.tail, "z".repeat(700));
-        let text = format!("{}\n{}", "a".repeat(10_000), "z".repeat(300));
-        // Newline at 699 in the tail (not in the first half): tail kept whole.
-        assert_eq!(count_chars(lines_cut(&text).tail), 1000);
-    }
-
-    #[test]
-    fn omitted_counts_add_up() {
-        let text = "line of text\n".repeat(2000);
-        let c = lines_cut(&text);
-        assert_eq!(
-            count_chars(c.head) + count_chars(c.tail) + c.omitted,
-            count_chars(&text)
-        );
-    }
-
-    #[test]
-    fn multibyte_text_is_never_split_at_any_cut_point() {
+    fn multibyte_previews_stay_short_in_every_style() {
         for unit in ["é", "世", "🌍", "a🌍é世\n"] {
             let text = unit.repeat(3000);
-            for n in [1usize, 2, 3, 7, 99, 100] {
-                if let Some(c) = cut_edges(&text, n) {
-                    assert_eq!(count_chars(c.head), n as u64);
-                    assert_eq!(count_chars(c.tail), n as u64);
-                }
-                if let Some(c) = cut_lines(&text, n * 10, n * 3) {
-                    // Slices of a &str are valid UTF-8 by construction; check
-                    // that the counts still reconcile.
-                    assert_eq!(
-                        count_chars(c.head) + count_chars(c.tail) + c.omitted,
-                        count_chars(&text),
-                        "{unit:?} {n}"
-                    );
-                }
-            }
             for style in [Style::Structured, Style::Edges, Style::Lines] {
                 let p = build(text.as_bytes(), "", style, Some(50));
                 let rendered = p.render("/payloads/x.txt", "pl_x");

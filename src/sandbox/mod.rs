@@ -211,7 +211,7 @@ pub struct ExecSpec {
     pub source: String,
     /// A binary module or component (runtime `wasm`).
     pub module: Bytes,
-    /// Arguments after argv[0].
+    /// Arguments after `argv[0]`.
     pub args: Vec<String>,
     /// Inputs, in order.
     pub inputs: Vec<ExecInput>,

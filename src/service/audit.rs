@@ -11,7 +11,7 @@ use crate::auth::access::{self, Relation, Rpc, SessionOwnership, Target};
 use crate::error::{ApiError, ApiResult};
 use crate::ids::{PayloadId, ReceiptId, SessionId};
 use crate::store::Page;
-use crate::store::records::ReceiptRecord;
+use crate::store::ReceiptRecord;
 
 /// Events read per engine scan of an export.
 const EXPORT_BATCH: usize = 256;

@@ -10,14 +10,14 @@ use super::{Service, blocking, redaction_detail};
 use crate::audit::{NewEvent, action};
 use crate::auth::Principal;
 use crate::auth::access::Rpc;
-use crate::context::compact::{self, Archive, ArchiveInfo, CompactReport, CompactSettings};
-use crate::context::model::{Block, Message, Role};
-use crate::context::repair::{self, RepairReport};
+use crate::context::{
+    self, Archive, ArchiveInfo, Block, CompactReport, CompactSettings, Message, RepairReport, Role,
+};
 use crate::error::{ApiError, ApiResult};
 use crate::ids::PayloadId;
 use crate::redact::{RedactCounts, Redactor};
 use crate::store::ReadSpec;
-use crate::store::records::SessionRecord;
+use crate::store::SessionRecord;
 use crate::store::{Quota, Store, StoreError, UploadMeta};
 
 /// A repaired history.
@@ -75,7 +75,7 @@ impl Service {
         blocking(move || {
             let mut messages = messages;
             redact_results(&mut messages, &redactor);
-            let (messages, report) = repair::repair(messages);
+            let (messages, report) = context::repair(messages);
             Ok::<_, ApiError>(RepairReply { messages, report })
         })
         .await
@@ -116,7 +116,7 @@ impl Service {
                 quota,
                 redactions: by_key,
             };
-            compact::compact(messages, current_turn, &settings, &mut archive).map(
+            context::compact(messages, current_turn, &settings, &mut archive).map(
                 |(messages, repair, report)| CompactReply {
                     messages,
                     report,
@@ -198,7 +198,7 @@ fn recall_archived(
     key: &str,
     preview: Option<u64>,
     limit: u64,
-) -> ApiResult<(crate::store::records::PayloadRecord, String, String)> {
+) -> ApiResult<(crate::store::PayloadRecord, String, String)> {
     let Some(p) = store.find_content(sid, key)? else {
         return Err(ApiError::Missing(format!(
             "no archived result <<ccr:{key}>> in session {sid}; archives live and die with their session, so it was never archived here or has been deleted"
@@ -330,7 +330,7 @@ impl Archive for StoreArchive<'_> {
         )?;
         upload.write(content.as_bytes())?;
         upload.finish()?;
-        Ok(compact::describe(key, content))
+        Ok(context::describe(key, content))
     }
 }
 
@@ -359,7 +359,7 @@ fn redact_results(
         r.content = text.into_owned();
         total.add(&counts);
         by_key
-            .entry(compact::recall_key(&r.content))
+            .entry(context::recall_key(&r.content))
             .or_insert_with(RedactCounts::default)
             .add(&counts);
     }
@@ -374,7 +374,7 @@ mod tests {
     fn results_are_redacted_and_counted_by_their_new_recall_key() {
         let r = Redactor::compile(&["builtin:email".to_owned()]).unwrap();
         let result = |content: &str| {
-            Block::ToolResult(crate::context::model::ToolResult {
+            Block::ToolResult(crate::context::ToolResult {
                 tool_use_id: "t".into(),
                 content: content.into(),
                 is_error: false,
@@ -399,7 +399,7 @@ mod tests {
         };
         assert_eq!(t.content, "from [REDACTED:email] to [REDACTED:email]");
         assert_eq!(by_key.len(), 1);
-        assert_eq!(by_key[&compact::recall_key(&t.content)].total, 2);
+        assert_eq!(by_key[&context::recall_key(&t.content)].total, 2);
         // Only tool output is redacted.
         assert_eq!(
             messages[0].blocks[0],

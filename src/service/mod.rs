@@ -7,12 +7,12 @@
 //! other door (MCP, the console) calls the same functions or goes through
 //! gRPC.
 //!
-//! Auditing: an operation appends its event with [`Service::audit`] before
+//! Auditing: an operation appends its event with `Service::audit` before
 //! it returns, and every refusal (a role the access table does not allow, a
 //! session the caller may see but not use this way, a policy, or a target
 //! that is not found or not visible) is appended as `access.denied` where it
-//! is decided: in [`Service::authorize`], [`Service::session_for`],
-//! [`Service::payload_for`], or through [`Service::refusal`].
+//! is decided: in `Service::authorize`, `Service::session_for`,
+//! `Service::payload_for`, or through `Service::refusal`.
 //!
 //! The data path of one request runs one way: a front door, then this
 //! layer, then auth, policy and redact, then offload, inspect or sandbox,
@@ -51,7 +51,7 @@ use crate::policy::{self, Policy, PolicyError};
 use crate::reaper::ReaperHandle;
 use crate::redact::{RedactCounts, Redactor};
 use crate::sandbox::Sandbox;
-use crate::store::records::{PayloadRecord, SessionRecord};
+use crate::store::{PayloadRecord, SessionRecord};
 use crate::store::{Store, StoreError};
 
 /// The service layer's state: what every operation shares. Cheap to
@@ -564,7 +564,7 @@ fn redaction_detail(c: &RedactCounts) -> String {
 }
 
 /// What an audit detail says of a deletion: its receipt and what it removed.
-fn receipt_detail(r: &crate::store::records::ReceiptRecord) -> String {
+fn receipt_detail(r: &crate::store::ReceiptRecord) -> String {
     format!(
         "receipt={} payloads={} bytes={} items={}",
         r.id,

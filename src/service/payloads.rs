@@ -16,8 +16,8 @@ use crate::ids::{PayloadId, SessionId};
 use crate::inspect::Structure;
 use crate::inspect::search::Hit;
 use crate::offload::{Outcome, Overrides, ToolResult};
-use crate::store::records::{PayloadRecord, ReceiptRecord};
 use crate::store::{Page, StoreError, UploadMeta};
+use crate::store::{PayloadRecord, ReceiptRecord};
 use crate::store::{ReadOut, ReadSpec};
 
 /// Most payloads one Search may name.
@@ -221,7 +221,7 @@ impl Service {
             if let Some(stored) = &o.payload {
                 tracing::info!(payload_id = %stored.id, bytes = stored.size, sha256 = %stored.sha256, redactions = stored.redactions.total, "result offloaded");
                 let reason = match o.disposition {
-                    crate::offload::decide::Disposition::Aggregate => "aggregate",
+                    crate::offload::Disposition::Aggregate => "aggregate",
                     _ => "per_call",
                 };
                 events.push(

@@ -12,7 +12,7 @@ use crate::auth::access::{self, Rpc};
 use crate::error::{ApiError, ApiResult};
 use crate::policy::PolicyOverrides;
 use crate::policy::{self, Policy};
-use crate::store::records::{LegalHold, SessionRecord, TenantPolicyRecord};
+use crate::store::{LegalHold, SessionRecord, TenantPolicyRecord};
 
 /// Longest legal-hold reason accepted.
 const MAX_REASON: usize = 1024;

@@ -159,7 +159,7 @@ impl Progress {
 impl Store {
     /// Removes this replica's local copies of what deletions (on any
     /// replica) removed since `last.cursor`, records how far it got under
-    /// `replica` when the cursor moved or [`HEARTBEAT_MS`] after
+    /// `replica` when the cursor moved or `HEARTBEAT_MS` after
     /// `last.reported_ms`, and drops purge entries and progress reports
     /// older than an hour. Called every `every` (`store.purge_interval`)
     /// by the server in fleet mode.

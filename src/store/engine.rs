@@ -1,8 +1,8 @@
 //! The storage-engine interface: named trees of byte keys and values, with
 //! point reads, ordered range scans, and atomic, durable batches that span
 //! trees. Three implementations sit behind it: the embedded
-//! [`super::redb_engine`] and [`super::sled_engine`], and
-//! [`super::postgres_engine`] for fleet mode, where many replicas share one
+//! [`super::RedbEngine`] and [`super::SledEngine`], and
+//! [`super::PostgresEngine`] for fleet mode, where many replicas share one
 //! engine. Everything above this file is engine-agnostic: what sharing
 //! changes ([`Engine::shared`]) is said here, as cross-process locks
 //! ([`Engine::lock`]) and leases ([`Engine::lease`]) that the embedded

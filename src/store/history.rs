@@ -57,7 +57,7 @@ fn key(tenant: &str, day: i64) -> Vec<u8> {
 impl Store {
     /// Samples every tenant's usage when `force`d (the reaper's first pass
     /// after startup) or when the last sample is older than
-    /// [`SAMPLE_EVERY`]; returns the tenants sampled (0 when not due).
+    /// `SAMPLE_EVERY`; returns the tenants sampled (0 when not due).
     /// Reads every session record once.
     pub fn sample_usage(&self, force: bool) -> Result<usize> {
         let now = self.now_ms();

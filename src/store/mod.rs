@@ -9,8 +9,12 @@
 //!
 //! The door: [`Store`] and its inputs and outputs ([`StoreSettings`],
 //! [`NewSession`], [`UploadMeta`], [`Quota`], [`ReadSpec`], [`Page`]), the
-//! stored records ([`records`]), the engine interface ([`engine`]) and the
-//! two engines, [`StoreError`]. Everything else is private to the room.
+//! stored records ([`SessionRecord`], [`PayloadRecord`], [`ReceiptRecord`]
+//! and the rest) with their value codec ([`encode_record`],
+//! [`decode_record`]), the engine interface ([`engine`], the one module
+//! left public, because the audit room and the conformance suites build on
+//! it) with its engines, and [`StoreError`]. Everything else is private to
+//! the room.
 //!
 //! The write path: bytes stream into a temporary file (scanned on the way
 //! for hash, lines and the line index), the file is fsynced and renamed into
@@ -32,11 +36,11 @@ mod expiry;
 mod history;
 mod lines;
 mod names;
-pub mod object_blobs;
+mod object_blobs;
 mod postgres_engine;
 mod read;
 mod reconcile;
-pub mod records;
+mod records;
 mod redb_engine;
 mod signing;
 mod sled_engine;
@@ -58,7 +62,7 @@ use blobs::{BlobStore, TempFile};
 use content::ContentScanner;
 use engine::{Batch, Engine, EngineError, Tree};
 use read::{Extent, ReadError};
-use records::{RecordError, keys};
+use records::keys;
 
 pub use config::{EngineKind, StoreConfig};
 pub use expiry::{REAPER, ReapStep};
@@ -70,8 +74,8 @@ pub use postgres_engine::{PostgresEngine, PostgresSettings};
 pub use read::{ReadOut, ReadSpec};
 pub use reconcile::ReconcileReport;
 pub use records::{
-    LegalHold, PayloadRecord, ReceiptRecord, RemovedItem, SessionRecord, SessionState,
-    TenantPolicyRecord,
+    LegalHold, PayloadRecord, ReceiptRecord, RecordError, RemovedItem, SessionRecord, SessionState,
+    TenantPolicyRecord, VALUE_FORMAT, decode as decode_record, encode as encode_record,
 };
 pub use redb_engine::RedbEngine;
 pub use sled_engine::SledEngine;

@@ -203,7 +203,7 @@ fn build_pool(
 }
 
 impl PostgresEngine {
-    /// Connects, migrates the schema to [`SCHEMA_VERSION`], and refuses a
+    /// Connects, migrates the schema to `SCHEMA_VERSION`, and refuses a
     /// database whose schema is newer.
     pub fn open(settings: &PostgresSettings) -> Result<Self, EngineError> {
         let config: tokio_postgres::Config = settings

@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::Output;
 
-use spillway::audit::log::event_key;
+use spillway::audit::event_key;
 use spillway::proto::{self, Role, audit_client::AuditClient, block::Block};
 use spillway::store::engine::{Engine, Tree};
 use tonic::Code;

@@ -503,7 +503,7 @@ async fn compaction_in_each_provider_format_archives_an_old_big_result_and_keeps
 async fn a_provider_history_over_the_size_limit_is_refused_naming_the_limit() {
     let server = TestServer::start().await;
     let mut client = context_client(&server).await;
-    let limit = spillway::context::formats::MAX_HISTORY_JSON_BYTES;
+    let limit = spillway::context::MAX_HISTORY_JSON_BYTES;
     let huge = openai_chat_history(&"x".repeat(limit)).to_string();
     let e = client
         .repair_history(proto::RepairHistoryRequest {

@@ -811,7 +811,7 @@ async fn without_allow_download_recall_returns_no_more_than_a_read_may() {
             .await
             .unwrap();
     }
-    let key = |text: &str| spillway::context::compact::recall_key(text);
+    let key = |text: &str| spillway::context::recall_key(text);
     let mut context = spillway::proto::context_client::ContextClient::with_interceptor(
         server.channel().await,
         Bearer(Some(ALICE.into())),
