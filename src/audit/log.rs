@@ -51,8 +51,7 @@ use super::journal::Journal;
 use super::outcome;
 use crate::clock::{Clock, Millis};
 use crate::store::engine::{Batch, Engine, EngineError, Tree, prefix_end};
-use crate::store::{Page, Result, StoreError};
-use crate::store::{decode_record, encode_record};
+use crate::store::{Page, Result, StoreError, decode_record, encode_record};
 
 /// Prefix of the chain heads' keys in [`Tree::Meta`].
 const HEAD_PREFIX: &[u8] = b"audit_head\0";

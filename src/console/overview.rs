@@ -16,8 +16,7 @@ use super::ctx::{Ctx, Verification, status};
 use super::views::{self, Section, may};
 use crate::auth::access::{self, Rpc};
 use crate::service::StateFilter;
-use crate::store::UsageSample;
-use crate::store::{SessionRecord, SessionState};
+use crate::store::{SessionRecord, SessionState, UsageSample};
 
 /// A verification older than this is redone when the overview is shown.
 const VERIFY_STALE: Duration = Duration::from_secs(10 * 60);

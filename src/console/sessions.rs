@@ -16,8 +16,7 @@ use crate::auth::access::Rpc;
 use crate::clock::Millis;
 use crate::policy::Policy;
 use crate::service::{ReadRequest, SessionFilter, StateFilter};
-use crate::store::ReadSpec;
-use crate::store::{PayloadRecord, SessionRecord, SessionState};
+use crate::store::{PayloadRecord, ReadSpec, SessionRecord, SessionState};
 
 /// Sessions per list page.
 const PAGE: u32 = 50;

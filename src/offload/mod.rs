@@ -23,8 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ids::SessionId;
 use crate::inspect::Kind;
-use crate::store::PayloadRecord;
-use crate::store::{Store, StoreError, UploadMeta, base_name};
+use crate::store::{PayloadRecord, Store, StoreError, UploadMeta, base_name};
 use decide::Item;
 use estimate::Estimate;
 

@@ -10,8 +10,7 @@ use crate::auth::Principal;
 use crate::auth::access::{self, Relation, Rpc, SessionOwnership, Target};
 use crate::error::{ApiError, ApiResult};
 use crate::ids::{PayloadId, ReceiptId, SessionId};
-use crate::store::Page;
-use crate::store::ReceiptRecord;
+use crate::store::{Page, ReceiptRecord};
 
 /// Events read per engine scan of an export.
 const EXPORT_BATCH: usize = 256;

@@ -20,8 +20,7 @@ use crate::redact::{RedactCounts, Redactor};
 use crate::sandbox::limits::{self, ExecLimits};
 use crate::sandbox::outcome::{self, INVALID_SCRIPT_MARKER, Status as ExecStatus};
 use crate::sandbox::{Ending, ExecInput, ExecSpec, Finished, OutFile};
-use crate::store::{PayloadRecord, SessionRecord, SessionState};
-use crate::store::{Store, StoreError, UploadMeta};
+use crate::store::{PayloadRecord, SessionRecord, SessionState, Store, StoreError, UploadMeta};
 
 pub use crate::sandbox::RuntimeInfo;
 

@@ -16,9 +16,7 @@ use crate::context::{
 use crate::error::{ApiError, ApiResult};
 use crate::ids::PayloadId;
 use crate::redact::{RedactCounts, Redactor};
-use crate::store::ReadSpec;
-use crate::store::SessionRecord;
-use crate::store::{Quota, Store, StoreError, UploadMeta};
+use crate::store::{Quota, ReadSpec, SessionRecord, Store, StoreError, UploadMeta};
 
 /// A repaired history.
 #[derive(Debug)]

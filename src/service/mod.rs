@@ -51,8 +51,7 @@ use crate::policy::{self, Policy, PolicyError};
 use crate::reaper::ReaperHandle;
 use crate::redact::{RedactCounts, Redactor};
 use crate::sandbox::Sandbox;
-use crate::store::{PayloadRecord, SessionRecord};
-use crate::store::{Store, StoreError};
+use crate::store::{PayloadRecord, SessionRecord, Store, StoreError};
 
 /// The service layer's state: what every operation shares. Cheap to
 /// clone (every field is shared).

@@ -16,9 +16,7 @@ use crate::ids::{PayloadId, SessionId};
 use crate::inspect::Structure;
 use crate::inspect::search::Hit;
 use crate::offload::{Outcome, Overrides, ToolResult};
-use crate::store::{Page, StoreError, UploadMeta};
-use crate::store::{PayloadRecord, ReceiptRecord};
-use crate::store::{ReadOut, ReadSpec};
+use crate::store::{Page, PayloadRecord, ReadOut, ReadSpec, ReceiptRecord, StoreError, UploadMeta};
 
 /// Most payloads one Search may name.
 const MAX_SEARCH_PAYLOADS: usize = 1000;

@@ -9,8 +9,7 @@ use crate::auth::access::{self, Rpc};
 use crate::error::{ApiError, ApiResult};
 use crate::policy::PolicyOverrides;
 use crate::policy::{self, Policy};
-use crate::store::{NewSession, Page, UsageSample};
-use crate::store::{ReceiptRecord, SessionRecord, SessionState};
+use crate::store::{NewSession, Page, ReceiptRecord, SessionRecord, SessionState, UsageSample};
 
 /// Longest label, label key or value, and principal ID accepted.
 const MAX_LABEL: usize = 256;
