@@ -12,6 +12,7 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 mem=$(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 started=$(date -u +%Y-%m-%dT%H:%MZ)
+mkdir -p "${SPILLWAY_BENCH_DIR:-target}"
 fs=$(df -hT "${SPILLWAY_BENCH_DIR:-target}" 2>/dev/null | awk 'NR == 2 {print $2 ", " $3 " total"}' || true)
 
 body=$(mktemp)

@@ -45,6 +45,9 @@ impl BenchServer {
         let base = std::path::PathBuf::from(
             std::env::var("SPILLWAY_BENCH_DIR").unwrap_or_else(|_| "target".into()),
         );
+        // `target` need not exist when CARGO_TARGET_DIR points elsewhere.
+        std::fs::create_dir_all(&base)
+            .unwrap_or_else(|e| panic!("cannot make SPILLWAY_BENCH_DIR {}: {e}", base.display()));
         let dir = tempfile::tempdir_in(&base).unwrap();
         let mut config = Config {
             data_dir: dir.path().join("data"),
