@@ -891,6 +891,33 @@ async fn javascript_and_python_helpers_see_the_payload_list() {
     );
 }
 
+#[tokio::test]
+async fn python_read_json_reads_a_payload_of_several_reads_and_a_missing_path_is_named() {
+    let server = TestServer::start().await;
+    // About 4.5 MB: more than one of the helper's 1 MiB positioned reads.
+    let items: Vec<String> = (0..150_000)
+        .map(|i| format!("{{\"i\":{i},\"pad\":\"xxxxxxxx\"}}"))
+        .collect();
+    let body = format!("[{}]", items.join(","));
+    let (sid, _) = session_with(&server, "big.json", body.as_bytes()).await;
+    let mut c = server.codemode(ALICE).await;
+    let py = c
+        .exec(exec(
+            &sid,
+            "python",
+            "import spillway\nrows = spillway.read_json(spillway.payloads[0]['path'])\nprint(len(rows), sum(r['i'] for r in rows))\ntry:\n    spillway.read_json('/payloads/nope.json')\nexcept FileNotFoundError as e:\n    print('missing', e.filename)",
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let sum: u64 = (0..150_000u64).sum();
+    assert_eq!(
+        py.stdout.trim(),
+        format!("150000 {sum}\nmissing /payloads/nope.json"),
+        "{py:?}"
+    );
+}
+
 /// 50 MB of NDJSON records `{"id":…,"status":…,"amount":…,"note":…}`, and
 /// the true per-status count and sum.
 fn fifty_megabytes() -> (Vec<u8>, BTreeMap<String, (u64, i64)>) {

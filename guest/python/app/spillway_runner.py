@@ -91,8 +91,7 @@ def _main():
     random.seed()
 
     try:
-        with open(SCRIPT, "rb") as f:
-            source = f.read()
+        source = bytes(spillway._read_bytes(SCRIPT))
     except OSError as e:
         print(f"python: cannot read {SCRIPT}: {e}", file=sys.stderr)
         return 1
