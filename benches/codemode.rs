@@ -16,7 +16,12 @@
 //! `SPILLWAY_BENCH_BASELINE_IMAGES=DIR` adds a before/after table: a second
 //! server runs the images in DIR (say, another checkout's `sandbox-images`),
 //! and jq and JavaScript empty execs alternate between the two in batches, so
-//! both sides see the same machine state. `SPILLWAY_BENCH_SECTIONS` (comma
+//! both sides see the same machine state. `SPILLWAY_BENCH_BASELINE_KEEP_RESIDENT=M,T`
+//! does the same with B's pool slots keeping `M` bytes of each memory and
+//! `T` of each table resident (`sandbox.memory_keep_resident_bytes`,
+//! `sandbox.table_keep_resident_bytes`), with this build's images unless
+//! both are set; `SPILLWAY_BENCH_KEEP_RESIDENT=M,T` sets the same for A (the
+//! server of every other table). `SPILLWAY_BENCH_SECTIONS` (comma
 //! separated, default `warm,big,jq`) picks the parts: `warm` the empty-script
 //! latencies (and the baseline table), `big` the 50 MB group-by (`bigjq`: its
 //! jq rows only), `jq` the jq
@@ -243,25 +248,76 @@ async fn exec_ms(code: &mut Code, req: &proto::ExecRequest, n: usize) -> Vec<(f6
     v
 }
 
-/// This build's images (A) against the images in `baseline` (B): empty jq and
-/// JavaScript execs, alternating A and B in batches of 20.
-async fn baseline_table(rounds: usize, code: &mut Code, session: &str, baseline: &Path) {
+/// What server B of the before/after table runs: other images, other pool
+/// settings, or both.
+struct Baseline {
+    images: PathBuf,
+    /// Memory and table bytes B's pool slots keep resident.
+    keep_resident: Option<(u64, u64)>,
+}
+
+impl Baseline {
+    fn from_env(own_images: &Path) -> Option<Self> {
+        let images = std::env::var_os("SPILLWAY_BENCH_BASELINE_IMAGES").map(PathBuf::from);
+        let keep_resident = keep_resident_from_env("SPILLWAY_BENCH_BASELINE_KEEP_RESIDENT");
+        if images.is_none() && keep_resident.is_none() {
+            return None;
+        }
+        Some(Self {
+            images: images.unwrap_or_else(|| own_images.to_path_buf()),
+            keep_resident,
+        })
+    }
+
+    fn describe(&self) -> String {
+        let mut what = format!("the images in {}", self.images.display());
+        if let Some((m, t)) = self.keep_resident {
+            what.push_str(&format!(
+                ", pool slots keeping {m} bytes of each memory and {t} of each table resident"
+            ));
+        }
+        what
+    }
+}
+
+/// `NAME=MEMORY,TABLE`: bytes of each memory and table a pool slot keeps
+/// resident.
+fn keep_resident_from_env(name: &str) -> Option<(u64, u64)> {
+    let v = std::env::var(name).ok()?;
+    let parse = |x: &str| -> u64 {
+        x.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}=MEMORY,TABLE in bytes, not {v:?}"))
+    };
+    let (m, t) = v
+        .split_once(',')
+        .unwrap_or_else(|| panic!("{name}=MEMORY,TABLE in bytes, not {v:?}"));
+    Some((parse(m), parse(t)))
+}
+
+/// This server (A) against the baseline (B): empty execs in each runtime,
+/// alternating A and B in batches of 20.
+async fn baseline_table(rounds: usize, code: &mut Code, session: &str, baseline: &Baseline) {
     let cache = tempfile::tempdir().unwrap();
     let mut other = BenchServer::start(|c| {
-        c.sandbox.images_dir = baseline.to_path_buf();
+        c.sandbox.images_dir = baseline.images.clone();
         c.sandbox.cache_dir = Some(cache.path().to_path_buf());
+        if let Some((m, t)) = baseline.keep_resident {
+            c.sandbox.memory_keep_resident_bytes = m;
+            c.sandbox.table_keep_resident_bytes = t;
+        }
     })
     .await;
     let (mut code_b, session_b) = code_client(&mut other).await;
     println!(
-        "\n## Warm exec, empty script: these images against {}\n",
-        baseline.display()
+        "\n## Warm exec, empty script: this server (A) against {} (B)\n",
+        baseline.describe()
     );
     println!("A and B alternate in batches of 20 execs on the same machine state.\n");
     println!(
-        "| runtime | A p50 | A p99 | B p50 | B p99 | A/B p50 | guest run p50, A / B | runs each |"
+        "| runtime | A p50 | A p99 | B p50 | B p99 | A/B p50 | guest run p50, A / B | minor faults per exec, A / B | runs each |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for runtime in ["jq", "javascript", "python"] {
         let (req_a, req_b) = (
             empty_exec(session, runtime),
@@ -270,9 +326,17 @@ async fn baseline_table(rounds: usize, code: &mut Code, session: &str, baseline:
         exec_ms(code, &req_a, 10).await;
         exec_ms(&mut code_b, &req_b, 10).await;
         let (mut a, mut b) = (Vec::new(), Vec::new());
+        // Minor page faults of this process (client and both servers)
+        // during each side's batches.
+        let (mut faults_a, mut faults_b) = (0, 0);
+        let minflt = || common::rusage().ru_minflt;
         for _ in 0..(10 * rounds) {
+            let f0 = minflt();
             a.extend(exec_ms(code, &req_a, 20).await);
+            let f1 = minflt();
             b.extend(exec_ms(&mut code_b, &req_b, 20).await);
+            faults_a += f1 - f0;
+            faults_b += minflt() - f1;
         }
         let sorted = |v: &[(f64, f64)], f: fn(&(f64, f64)) -> f64| {
             let mut x: Vec<f64> = v.iter().map(f).collect();
@@ -283,12 +347,14 @@ async fn baseline_table(rounds: usize, code: &mut Code, session: &str, baseline:
         let (ar, br) = (sorted(&a, |p| p.1), sorted(&b, |p| p.1));
         let (a50, b50) = (percentile(&aw, 0.5), percentile(&bw, 0.5));
         println!(
-            "| {runtime} | {a50:.2} ms | {:.2} ms | {b50:.2} ms | {:.2} ms | {:.2} | {:.2} / {:.2} ms | {} |",
+            "| {runtime} | {a50:.2} ms | {:.2} ms | {b50:.2} ms | {:.2} ms | {:.2} | {:.2} / {:.2} ms | {:.0} / {:.0} | {} |",
             percentile(&aw, 0.99),
             percentile(&bw, 0.99),
             a50 / b50,
             percentile(&ar, 0.5),
             percentile(&br, 0.5),
+            faults_a as f64 / a.len() as f64,
+            faults_b as f64 / b.len() as f64,
             a.len()
         );
     }
@@ -309,6 +375,10 @@ async fn main() {
     let mut server = BenchServer::start(|c| {
         c.sandbox.images_dir = images.clone();
         c.sandbox.cache_dir = Some(images.join("build/compile-cache"));
+        if let Some((m, t)) = keep_resident_from_env("SPILLWAY_BENCH_KEEP_RESIDENT") {
+            c.sandbox.memory_keep_resident_bytes = m;
+            c.sandbox.table_keep_resident_bytes = t;
+        }
     })
     .await;
     let (mut code, session) = code_client(&mut server).await;
@@ -317,8 +387,8 @@ async fn main() {
     println!("# Code mode ({}, wasmtime 48)\n", machine());
     if section("warm") {
         warm_table(rounds, &mut code, &session, server.dir.path()).await;
-        if let Some(baseline) = std::env::var_os("SPILLWAY_BENCH_BASELINE_IMAGES") {
-            baseline_table(rounds, &mut code, &session, Path::new(&baseline)).await;
+        if let Some(baseline) = Baseline::from_env(&images) {
+            baseline_table(rounds, &mut code, &session, &baseline).await;
         }
     }
     if section("big") || section("bigjq") {

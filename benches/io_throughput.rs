@@ -69,13 +69,7 @@ fn raw_write_hash_fsync(dir: &std::path::Path, bytes: usize, chunk: &[u8], pipel
 
 /// CPU seconds (user + system) this process has used so far.
 fn process_cpu() -> f64 {
-    // SAFETY: getrusage writes one rusage into the zeroed struct it is given.
-    #[allow(unsafe_code)]
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        assert_eq!(libc::getrusage(libc::RUSAGE_SELF, &mut usage), 0);
-        usage
-    };
+    let usage = common::rusage();
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     secs(usage.ru_utime) + secs(usage.ru_stime)
 }

@@ -211,3 +211,14 @@ pub fn machine() -> String {
             .unwrap_or(1)
     )
 }
+
+/// This process's resource usage so far (CPU time, page faults).
+pub fn rusage() -> libc::rusage {
+    // SAFETY: getrusage writes one rusage into the zeroed struct it is given.
+    #[allow(unsafe_code)]
+    unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        assert_eq!(libc::getrusage(libc::RUSAGE_SELF, &mut usage), 0);
+        usage
+    }
+}

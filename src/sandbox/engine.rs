@@ -29,6 +29,10 @@ pub struct PoolSize {
     pub concurrent: u32,
     /// The largest memory any guest may have.
     pub max_memory_bytes: u64,
+    /// Bytes of each linear memory a freed slot keeps resident.
+    pub memory_keep_resident: u64,
+    /// Bytes of each table a freed slot keeps resident.
+    pub table_keep_resident: u64,
 }
 
 /// An engine and the thread that ticks its epoch.
@@ -62,12 +66,17 @@ impl TickingEngine {
             .max_component_instance_size(1 << 20)
             .max_memory_size(usize::try_from(pool.max_memory_bytes).unwrap_or(usize::MAX))
             .max_unused_warm_slots(n * 2)
-            .linear_memory_keep_resident(1 << 20)
+            .linear_memory_keep_resident(
+                usize::try_from(pool.memory_keep_resident).unwrap_or(usize::MAX),
+            )
+            .table_keep_resident(usize::try_from(pool.table_keep_resident).unwrap_or(usize::MAX))
             // Reset a freed slot by what the guest dirtied (Linux 6.7+'s
             // PAGEMAP_SCAN; without it, as before): a warm jq exec 1.31 ->
             // 1.18 ms, python 3.98 -> 3.67 ms (make bench's warm section, 3
-            // alternating runs). A larger keep_resident saved 0.05 ms more
-            // but may hold that much per slot for good; not taken.
+            // alternating runs). The scan reports what was dirtied up to
+            // the keep-resident size (and in at most 32 runs of pages);
+            // the rest of the slot is unmapped, and faulted in again by
+            // the next exec.
             .pagemap_scan(wasmtime::Enabled::Auto);
         cfg.allocation_strategy(InstanceAllocationStrategy::Pooling(p));
         Self::start(Engine::new(&cfg)?)

@@ -120,6 +120,14 @@ pub struct SandboxConfig {
     pub max_module_bytes: usize,
     /// Largest argument list, in bytes.
     pub max_args_bytes: usize,
+    /// Bytes of each linear memory a finished exec's pool slot keeps
+    /// resident: the pages it dirtied, up to this much, are restored by a
+    /// copy from the image instead of being unmapped, so the next exec in
+    /// the slot does not fault them in again. Memory, not a quota: at most
+    /// this much per warm memory slot stays resident.
+    pub memory_keep_resident_bytes: u64,
+    /// The same for each table (a runtime's function tables).
+    pub table_keep_resident_bytes: u64,
 }
 
 impl Default for SandboxConfig {
@@ -145,6 +153,8 @@ impl Default for SandboxConfig {
             max_source_bytes: 1 << 20,
             max_module_bytes: 16 << 20,
             max_args_bytes: 64 << 10,
+            memory_keep_resident_bytes: 1 << 20,
+            table_keep_resident_bytes: 0,
         }
     }
 }
@@ -366,6 +376,8 @@ impl Sandbox {
         let main = TickingEngine::pooled(PoolSize {
             concurrent: u32::try_from(concurrent).unwrap_or(u32::MAX),
             max_memory_bytes: ceiling.memory_bytes,
+            memory_keep_resident: cfg.memory_keep_resident_bytes,
+            table_keep_resident: cfg.table_keep_resident_bytes,
         })
         .map_err(|e| SandboxError::Setup(format!("engine: {e}")))?;
         let main = Arc::new(EngineSet::new(main)?);

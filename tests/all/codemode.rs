@@ -1386,3 +1386,59 @@ async fn pre_initialized_images_carry_no_state_from_one_exec_into_the_next() {
     .await;
     assert_eq!(out, "[[2,3],1]\n");
 }
+
+/// With pool slots that keep what a guest dirtied resident (restored by a
+/// copy from the image instead of unmapped), an exec still starts from the
+/// pristine image: what one exec wrote to the interpreter's heap, its
+/// modules and its globals is gone in the next one in the same slot.
+#[tokio::test]
+async fn slots_that_keep_dirtied_memory_resident_still_start_each_exec_from_the_image() {
+    let server = TestServer::start_with(|c| {
+        c.sandbox.max_concurrent_execs = 1;
+        c.sandbox.memory_keep_resident_bytes = 64 << 20;
+        c.sandbox.table_keep_resident_bytes = 1 << 20;
+    })
+    .await;
+    let (sid, _) = session_with(&server, "rows.ndjson", b"{\"n\":1}\n").await;
+    let mut c = server.codemode(ALICE).await;
+    let mut run = async |runtime: &str, source: &str| {
+        let r = c
+            .exec(exec(&sid, runtime, source))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(status(&r), ExecStatus::Ok, "{runtime} {source}: {r:?}");
+        r.stdout
+    };
+    let taint = r#"
+import builtins, json, sys
+builtins.leaked = "from the first exec"
+json.dumps = lambda *a, **k: "hijacked"
+sys.modules["planted"] = sys
+heap = [bytearray(b"x" * 4096) for _ in range(4096)]  # 16 MiB over many pages
+print(len(heap))
+"#;
+    let look = r#"
+import builtins, json, sys
+print(hasattr(builtins, "leaked"), json.dumps([1]), "planted" in sys.modules)
+"#;
+    for round in 0..3 {
+        assert_eq!(run("python", taint).await, "4096\n", "round {round}");
+        assert_eq!(
+            run("python", look).await,
+            "False [1] False\n",
+            "round {round}: the last exec's state was seen"
+        );
+    }
+    let js_taint = "globalThis.leaked = 1; JSON.stringify = () => 'hijacked'; \
+                    globalThis.big = new Array(1 << 20).fill('heap'); print('ok');";
+    let js_look = "print(typeof leaked, JSON.stringify([1]), typeof big);";
+    for round in 0..3 {
+        assert_eq!(run("javascript", js_taint).await, "ok\n", "round {round}");
+        assert_eq!(
+            run("javascript", js_look).await,
+            "undefined [1] undefined\n",
+            "round {round}: the last exec's state was seen"
+        );
+    }
+}
