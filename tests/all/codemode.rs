@@ -1422,23 +1422,25 @@ print(len(heap))
 import builtins, json, sys
 print(hasattr(builtins, "leaked"), json.dumps([1]), "planted" in sys.modules)
 "#;
-    for round in 0..3 {
-        assert_eq!(run("python", taint).await, "4096\n", "round {round}");
-        assert_eq!(
-            run("python", look).await,
-            "False [1] False\n",
-            "round {round}: the last exec's state was seen"
-        );
-    }
     let js_taint = "globalThis.leaked = 1; JSON.stringify = () => 'hijacked'; \
-                    globalThis.big = new Array(1 << 20).fill('heap'); print('ok');";
+                    globalThis.big = new Array(1 << 20).fill('heap'); print(4096);";
     let js_look = "print(typeof leaked, JSON.stringify([1]), typeof big);";
-    for round in 0..3 {
-        assert_eq!(run("javascript", js_taint).await, "ok\n", "round {round}");
-        assert_eq!(
-            run("javascript", js_look).await,
-            "undefined [1] undefined\n",
-            "round {round}: the last exec's state was seen"
-        );
+    let cases = [
+        ("python", taint, look, "False [1] False\n"),
+        ("javascript", js_taint, js_look, "undefined [1] undefined\n"),
+    ];
+    for (runtime, taint, look, pristine) in cases {
+        for round in 0..3 {
+            assert_eq!(
+                run(runtime, taint).await,
+                "4096\n",
+                "{runtime} round {round}"
+            );
+            assert_eq!(
+                run(runtime, look).await,
+                pristine,
+                "{runtime} round {round}: the last exec's state was seen"
+            );
+        }
     }
 }
