@@ -15,7 +15,7 @@
 //!
 //! `SPILLWAY_BENCH_BASELINE_IMAGES=DIR` adds a before/after table: a second
 //! server runs the images in DIR (say, another checkout's `sandbox-images`),
-//! and jq and JavaScript empty execs alternate between the two in batches, so
+//! and empty execs in each runtime alternate between the two in batches, so
 //! both sides see the same machine state. `SPILLWAY_BENCH_BASELINE_KEEP_RESIDENT=M,T`
 //! does the same with B's pool slots keeping `M` bytes of each memory and
 //! `T` of each table resident (`sandbox.memory_keep_resident_bytes`,
@@ -295,6 +295,15 @@ fn keep_resident_from_env(name: &str) -> Option<(u64, u64)> {
     Some((parse(m), parse(t)))
 }
 
+/// Sets the bytes of each memory and table a pool slot keeps resident, if
+/// given.
+fn keep_resident(c: &mut spillway::config::Config, sizes: Option<(u64, u64)>) {
+    if let Some((memory, table)) = sizes {
+        c.sandbox.memory_keep_resident_bytes = memory;
+        c.sandbox.table_keep_resident_bytes = table;
+    }
+}
+
 /// This server (A) against the baseline (B): empty execs in each runtime,
 /// alternating A and B in batches of 20.
 async fn baseline_table(rounds: usize, code: &mut Code, session: &str, baseline: &Baseline) {
@@ -302,10 +311,7 @@ async fn baseline_table(rounds: usize, code: &mut Code, session: &str, baseline:
     let mut other = BenchServer::start(|c| {
         c.sandbox.images_dir = baseline.images.clone();
         c.sandbox.cache_dir = Some(cache.path().to_path_buf());
-        if let Some((m, t)) = baseline.keep_resident {
-            c.sandbox.memory_keep_resident_bytes = m;
-            c.sandbox.table_keep_resident_bytes = t;
-        }
+        keep_resident(c, baseline.keep_resident);
     })
     .await;
     let (mut code_b, session_b) = code_client(&mut other).await;
@@ -375,10 +381,7 @@ async fn main() {
     let mut server = BenchServer::start(|c| {
         c.sandbox.images_dir = images.clone();
         c.sandbox.cache_dir = Some(images.join("build/compile-cache"));
-        if let Some((m, t)) = keep_resident_from_env("SPILLWAY_BENCH_KEEP_RESIDENT") {
-            c.sandbox.memory_keep_resident_bytes = m;
-            c.sandbox.table_keep_resident_bytes = t;
-        }
+        keep_resident(c, keep_resident_from_env("SPILLWAY_BENCH_KEEP_RESIDENT"));
     })
     .await;
     let (mut code, session) = code_client(&mut server).await;
