@@ -426,6 +426,7 @@ impl Config {
         }
         self.offload.validate().map_err(ConfigError::Invalid)?;
         self.console.validate().map_err(ConfigError::Invalid)?;
+        self.sandbox.validate().map_err(ConfigError::Invalid)?;
         Ok(())
     }
 
@@ -739,6 +740,20 @@ roles = ["agent"]
     fn zero_limits_are_refused_by_name() {
         let err = env_refusal(&[("SPILLWAY_LIMITS__READ_MAX_BYTES", "0")]);
         assert!(err.contains("limits.read_max_bytes"), "{err}");
+    }
+
+    #[test]
+    fn keep_resident_sizes_past_their_bound_are_refused_by_name() {
+        let err = file_refusal(
+            "version = 1\n[sandbox]\nmemory_keep_resident_bytes = 9223372036854775807\n",
+        );
+        assert!(err.contains("sandbox.memory_keep_resident_bytes"), "{err}");
+        assert!(err.contains("1 GiB"), "{err}");
+        let err = env_refusal(&[("SPILLWAY_SANDBOX__TABLE_KEEP_RESIDENT_BYTES", "2147483648")]);
+        assert!(err.contains("sandbox.table_keep_resident_bytes"), "{err}");
+        let at_bound = vars(&[("SPILLWAY_SANDBOX__MEMORY_KEEP_RESIDENT_BYTES", "1073741824")]);
+        let c = Config::load(None, &at_bound, &Overrides::default()).unwrap();
+        assert_eq!(c.sandbox.memory_keep_resident_bytes, 1 << 30);
     }
 
     #[test]

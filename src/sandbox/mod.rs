@@ -159,6 +159,35 @@ impl Default for SandboxConfig {
     }
 }
 
+/// The most a pool slot may keep resident per memory or table: a bound well
+/// past any useful reset size, and far below what wasmtime rounds to pages.
+pub const MAX_KEEP_RESIDENT_BYTES: u64 = 1 << 30;
+
+impl SandboxConfig {
+    /// Checks the keys whose bad values would otherwise surface only as an
+    /// engine error at startup, which names no key.
+    pub fn validate(&self) -> Result<(), String> {
+        for (key, value) in [
+            (
+                "sandbox.memory_keep_resident_bytes",
+                self.memory_keep_resident_bytes,
+            ),
+            (
+                "sandbox.table_keep_resident_bytes",
+                self.table_keep_resident_bytes,
+            ),
+        ] {
+            if value > MAX_KEEP_RESIDENT_BYTES {
+                return Err(format!(
+                    "{key} = {value} is above its bound of {MAX_KEEP_RESIDENT_BYTES} (1 GiB); \
+                     it is memory each warm pool slot holds, so use a few MiB at most"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Sandbox failures that are not a script's own (those are results).
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
