@@ -683,7 +683,7 @@ fn write_upload(
     let mut out = Vec::new();
     while let Some(msg) = rx.blocking_recv() {
         match msg {
-            UploadMsg::Data(d) if redactor.is_empty() => upload.write(&d)?,
+            UploadMsg::Data(d) if redactor.is_empty() => upload.write_shared(d)?,
             UploadMsg::Data(d) => {
                 if let Some(h) = &mut received {
                     h.update(&d);

@@ -1,6 +1,14 @@
 //! One streaming pass over payload bytes as they are written: SHA-256, size,
 //! line count, char count, UTF-8 validity, and the sparse line index.
+//!
+//! [`Scan`] runs that pass beside the writes: past [`SCAN_THREAD_AFTER`]
+//! bytes it moves to a thread of its own, so that a large upload's hash
+//! and its page-cache copy overlap instead of adding up on one thread.
 
+use std::sync::mpsc::{SyncSender, sync_channel};
+use std::thread::JoinHandle;
+
+use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
 use super::lines::LineIndexBuilder;
@@ -98,6 +106,127 @@ impl ContentScanner {
             head: self.head,
             line_index: self.index.finish(),
         }
+    }
+}
+
+/// Content up to this size is scanned on the writer's thread: a thread of
+/// its own costs more than it saves on a small payload.
+pub const SCAN_THREAD_AFTER: u64 = 8 << 20;
+/// Chunks handed to the scan thread and not yet scanned, at most; past it
+/// the writer waits. With chunks of at most one request message each, this
+/// bounds what a scan holds.
+const SCAN_QUEUE: usize = 4;
+
+/// The content pass of one payload being written, on the writer's thread
+/// until the content passes [`SCAN_THREAD_AFTER`], then on its own.
+#[derive(Debug)]
+pub struct Scan {
+    size: u64,
+    state: ScanState,
+}
+
+#[derive(Debug)]
+enum ScanState {
+    Inline(ContentScanner),
+    Threaded {
+        chunks: SyncSender<Bytes>,
+        scanner: JoinHandle<ContentScanner>,
+    },
+    /// No thread could be started: the pass is lost, and the upload fails
+    /// at `finish`.
+    NoThread(String),
+}
+
+impl Default for Scan {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Scan {
+    /// A pass at offset 0.
+    pub fn new() -> Self {
+        Self {
+            size: 0,
+            state: ScanState::Inline(ContentScanner::new()),
+        }
+    }
+
+    /// Bytes taken so far.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Takes the next chunk, copying it if the pass runs on its own thread.
+    pub fn update(&mut self, chunk: &[u8]) {
+        match &mut self.state {
+            ScanState::Inline(scanner) if self.size + chunk.len() as u64 <= SCAN_THREAD_AFTER => {
+                self.size += chunk.len() as u64;
+                scanner.update(chunk);
+            }
+            _ => self.update_shared(Bytes::copy_from_slice(chunk)),
+        }
+    }
+
+    /// Takes the next chunk without copying it. Call it before writing the
+    /// chunk, so that the two overlap.
+    pub fn update_shared(&mut self, chunk: Bytes) {
+        self.size += chunk.len() as u64;
+        if let ScanState::Inline(scanner) = &mut self.state {
+            if self.size <= SCAN_THREAD_AFTER {
+                scanner.update(&chunk);
+                return;
+            }
+            let (tx, rx) = sync_channel::<Bytes>(SCAN_QUEUE);
+            let mut moved = std::mem::take(scanner);
+            let spawned = std::thread::Builder::new()
+                .name("spillway-scan".into())
+                .spawn(move || {
+                    while let Ok(chunk) = rx.recv() {
+                        moved.update(&chunk);
+                    }
+                    moved
+                });
+            match spawned {
+                Ok(handle) => {
+                    self.state = ScanState::Threaded {
+                        chunks: tx,
+                        scanner: handle,
+                    }
+                }
+                // The scanner went with the closure that did not start
+                // (only when the process is out of threads).
+                Err(e) => {
+                    self.state = ScanState::NoThread(e.to_string());
+                    return;
+                }
+            }
+        }
+        if let ScanState::Threaded { chunks, .. } = &self.state {
+            // A send fails only when the scan thread has gone, which
+            // `finish` reports.
+            let _ = chunks.send(chunk);
+        }
+    }
+
+    /// Finishes the pass: the facts, or an error when its thread failed.
+    pub fn finish(self) -> std::io::Result<ContentFacts> {
+        let scanner = match self.state {
+            ScanState::Inline(scanner) => scanner,
+            ScanState::Threaded { chunks, scanner } => {
+                drop(chunks);
+                scanner
+                    .join()
+                    .map_err(|_| std::io::Error::other("the content scan thread failed"))?
+            }
+            ScanState::NoThread(why) => {
+                return Err(std::io::Error::other(format!(
+                    "the server could not start a thread for the content scan ({why}); retry the upload"
+                )));
+            }
+        };
+        debug_assert_eq!(scanner.size(), self.size);
+        Ok(scanner.finish())
     }
 }
 
@@ -203,5 +332,42 @@ mod tests {
         let f = scan_in_chunks(&data, 4096);
         assert_eq!(f.sha256, hex::encode(Sha256::digest(&data)));
         assert_eq!(f.head.len(), HEAD_BYTES);
+    }
+
+    #[test]
+    fn a_scan_that_moves_to_its_own_thread_learns_what_one_pass_learns() {
+        // Multibyte text with a character split at the hand-over point and
+        // past it, and one invalid byte near the end in the second case.
+        let text = "héllo 🌍 世界, a line\n".repeat((SCAN_THREAD_AFTER as usize / 25) + 50_000);
+        let mut bad = text.clone().into_bytes();
+        let at = bad.len() - 10;
+        bad[at] = 0xff;
+        for data in [text.as_bytes(), &bad] {
+            let whole = scan_in_chunks(data, data.len());
+            for (chunk, shared) in [(65_537, true), (1 << 20, false), (333_333, true)] {
+                let mut s = Scan::new();
+                for c in data.chunks(chunk) {
+                    if shared {
+                        s.update_shared(Bytes::copy_from_slice(c));
+                    } else {
+                        s.update(c);
+                    }
+                }
+                assert!(
+                    matches!(s.state, ScanState::Threaded { .. }),
+                    "a pass past {SCAN_THREAD_AFTER} bytes runs on its own thread"
+                );
+                assert_eq!(s.size(), data.len() as u64);
+                assert_eq!(
+                    s.finish().unwrap(),
+                    whole,
+                    "chunks of {chunk}, shared {shared}"
+                );
+            }
+        }
+        let mut small = Scan::new();
+        small.update(b"a\nb");
+        assert!(matches!(small.state, ScanState::Inline(_)));
+        assert_eq!(small.finish().unwrap(), scan_in_chunks(b"a\nb", 1));
     }
 }

@@ -52,6 +52,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use bytes::Bytes;
 use cap_std::fs::File;
 
 use crate::clock::{self, Clock, Millis};
@@ -59,7 +60,7 @@ use crate::ids::{PayloadId, ReceiptId, SessionId};
 use crate::policy::PolicyOverrides;
 use crate::receipt::{ReceiptKey, Signed};
 use blobs::{BlobStore, TempFile};
-use content::ContentScanner;
+use content::Scan;
 use engine::{Batch, Engine, EngineError, Tree};
 use read::{Extent, ReadError};
 use records::keys;
@@ -788,7 +789,7 @@ impl Store {
             store: self,
             session: session.clone(),
             temp: TempFile::create(dir)?,
-            scanner: ContentScanner::new(),
+            scanner: Scan::new(),
             policy_limit: (q.max_payload_bytes > 0
                 && q.max_payload_bytes < self.settings.max_payload_bytes)
                 .then_some(q.max_payload_bytes),
@@ -1135,7 +1136,7 @@ pub struct PendingUpload<'a> {
     session: SessionId,
     meta: UploadMeta,
     temp: TempFile,
-    scanner: ContentScanner,
+    scanner: Scan,
     /// The policy's `max_payload_bytes`, when below the server's limit.
     policy_limit: Option<u64>,
     /// The session's stored bytes when the upload began, for an early
@@ -1147,7 +1148,24 @@ pub struct PendingUpload<'a> {
 impl PendingUpload<'_> {
     /// Appends bytes, enforcing the payload size limit and quotas.
     pub fn write(&mut self, data: &[u8]) -> Result<()> {
-        let size = self.scanner.size() + data.len() as u64;
+        self.admit(data.len())?;
+        self.scanner.update(data);
+        self.temp.write_all(data)?;
+        Ok(())
+    }
+
+    /// [`PendingUpload::write`] of bytes the caller already shares: a large
+    /// upload's content pass reads them on its own thread without a copy.
+    pub fn write_shared(&mut self, data: Bytes) -> Result<()> {
+        self.admit(data.len())?;
+        self.scanner.update_shared(data.clone());
+        self.temp.write_all(&data)?;
+        Ok(())
+    }
+
+    /// Checks that `len` more bytes stay within the size limits and quotas.
+    fn admit(&self, len: usize) -> Result<()> {
+        let size = self.scanner.size() + len as u64;
         if let Some(limit) = self.policy_limit
             && size > limit
         {
@@ -1183,8 +1201,6 @@ impl PendingUpload<'_> {
                 size,
             )?;
         }
-        self.temp.write_all(data)?;
-        self.scanner.update(data);
         Ok(())
     }
 
@@ -1198,7 +1214,7 @@ impl PendingUpload<'_> {
     /// durable.
     pub fn finish(mut self) -> Result<PayloadRecord> {
         let scanner = std::mem::take(&mut self.scanner);
-        let facts = scanner.finish();
+        let facts = scanner.finish()?;
         if let Some(expected) = &self.meta.expected_sha256
             && !expected.eq_ignore_ascii_case(&facts.sha256)
         {
