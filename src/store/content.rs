@@ -113,8 +113,9 @@ impl ContentScanner {
 /// its own costs more than it saves on a small payload.
 pub const SCAN_THREAD_AFTER: u64 = 8 << 20;
 /// Chunks handed to the scan thread and not yet scanned, at most; past it
-/// the writer waits. With chunks of at most one request message each, this
-/// bounds what a scan holds.
+/// the writer waits. The store hands over pieces of at most 1 MiB, copied
+/// or shared with a received chunk (itself at most one request message),
+/// so this bounds what a scan holds.
 const SCAN_QUEUE: usize = 4;
 
 /// The content pass of one payload being written, on the writer's thread

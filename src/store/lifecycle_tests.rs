@@ -617,3 +617,48 @@ fn a_replica_tailing_the_purge_log_purges_a_deletion_made_after_the_clock_steppe
     );
     assert!(!file_names(&b, &s.id).contains(&second.name));
 }
+
+#[test]
+fn a_payload_past_the_scan_threshold_is_stored_and_described_exactly_however_it_is_written() {
+    use sha2::{Digest, Sha256};
+    use std::io::Read as _;
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = settings(dir.path(), EngineKind::Redb);
+    settings.max_payload_bytes = 64 << 20;
+    let clock = ManualClock::new(1_000);
+    let (store, _) = open_with(
+        dir.path(),
+        settings,
+        &clock,
+        Arc::new(NoContentCache),
+        &mut |_| Ok(()),
+    );
+    let s = session(&store).id;
+    // 20 MiB of lines, past the 8 MiB at which the content pass moves to
+    // its own thread.
+    let line = "{\"id\":1,\"name\":\"héllo 🌍\"}\n";
+    let data = line.repeat((20 << 20) / line.len()).into_bytes();
+    let lines = (data.len() / line.len()) as u64;
+    for how in ["one slice", "shared chunks of 3 MiB + 1"] {
+        let mut u = store.begin_upload(&s, UploadMeta::default()).unwrap();
+        if how == "one slice" {
+            u.write(&data).unwrap();
+        } else {
+            for c in data.chunks((3 << 20) + 1) {
+                u.write_shared(Bytes::copy_from_slice(c)).unwrap();
+            }
+        }
+        let record = u.finish().unwrap();
+        assert_eq!(record.size, data.len() as u64, "{how}");
+        assert_eq!(record.line_count, lines, "{how}");
+        assert_eq!(record.sha256, hex::encode(Sha256::digest(&data)), "{how}");
+        let mut stored = Vec::new();
+        store
+            .open_payload(&record)
+            .unwrap()
+            .into_std()
+            .read_to_end(&mut stored)
+            .unwrap();
+        assert!(stored == data, "{how}: the stored bytes differ");
+    }
+}

@@ -1130,6 +1130,9 @@ impl Store {
     }
 }
 
+/// The most an upload hands its content pass and its file in one go.
+const WRITE_PIECE: usize = 1 << 20;
+
 /// An upload in progress. Dropping it unfinished removes its temporary file.
 pub struct PendingUpload<'a> {
     store: &'a Store,
@@ -1149,8 +1152,13 @@ impl PendingUpload<'_> {
     /// Appends bytes, enforcing the payload size limit and quotas.
     pub fn write(&mut self, data: &[u8]) -> Result<()> {
         self.admit(data.len())?;
-        self.scanner.update(data);
-        self.temp.write_all(data)?;
+        // Piece by piece, so that once the content pass has a thread of its
+        // own, what it copies stays small and it scans one piece while the
+        // next is written.
+        for piece in data.chunks(WRITE_PIECE) {
+            self.scanner.update(piece);
+            self.temp.write_all(piece)?;
+        }
         Ok(())
     }
 
@@ -1158,8 +1166,13 @@ impl PendingUpload<'_> {
     /// upload's content pass reads them on its own thread without a copy.
     pub fn write_shared(&mut self, data: Bytes) -> Result<()> {
         self.admit(data.len())?;
-        self.scanner.update_shared(data.clone());
-        self.temp.write_all(&data)?;
+        let mut at = 0;
+        while at < data.len() {
+            let piece = data.slice(at..data.len().min(at + WRITE_PIECE));
+            at += piece.len();
+            self.scanner.update_shared(piece.clone());
+            self.temp.write_all(&piece)?;
+        }
         Ok(())
     }
 
