@@ -165,6 +165,8 @@ impl Scan {
                 self.size += chunk.len() as u64;
                 scanner.update(chunk);
             }
+            // The upload fails at `finish`: nothing to copy for.
+            ScanState::NoThread(_) => self.size += chunk.len() as u64,
             _ => self.update_shared(Bytes::copy_from_slice(chunk)),
         }
     }
@@ -216,9 +218,11 @@ impl Scan {
             ScanState::Inline(scanner) => scanner,
             ScanState::Threaded { chunks, scanner } => {
                 drop(chunks);
-                scanner
-                    .join()
-                    .map_err(|_| std::io::Error::other("the content scan thread failed"))?
+                scanner.join().map_err(|_| {
+                    std::io::Error::other(
+                        "the content scan thread failed; nothing was stored, retry the upload",
+                    )
+                })?
             }
             ScanState::NoThread(why) => {
                 return Err(std::io::Error::other(format!(
