@@ -10,8 +10,9 @@
 //! joining sections with a double underscore: `SPILLWAY_LISTEN`,
 //! `SPILLWAY_DATA_DIR`, `SPILLWAY_STORE__ENGINE`,
 //! `SPILLWAY_LIMITS__MAX_PAYLOAD_BYTES`. The client's own variables
-//! (`SPILLWAY_ADDR`, `SPILLWAY_TOKEN`), `SPILLWAY_CONFIG` and the crash-test
-//! point `SPILLWAY_CRASH_AT` ([`crate::faults`]) are not keys.
+//! (`SPILLWAY_ADDR`, `SPILLWAY_TOKEN`), `SPILLWAY_CONFIG`, the crash-test
+//! point `SPILLWAY_CRASH_AT` ([`crate::faults`]) and the profiling switch
+//! `SPILLWAY_WASM_PERF_MAP` ([`crate::sandbox::PERF_MAP_ENV`]) are not keys.
 //! The loader takes the environment as an argument, so tests never touch the
 //! process environment.
 
@@ -36,6 +37,7 @@ const NON_KEY_ENV: &[&str] = &[
     "SPILLWAY_TOKEN",
     "SPILLWAY_CONFIG",
     crate::faults::ENV,
+    crate::sandbox::PERF_MAP_ENV,
 ];
 
 /// Everything `spillway serve` can be told.
@@ -680,6 +682,16 @@ roles = ["agent"]
         assert_eq!(c.limits.max_payload_bytes, 10);
         assert_eq!(c.limits.read_max_bytes, Limits::default().read_max_bytes);
         assert_eq!(c.auth.tokens[0].roles, vec![Role::Agent]);
+    }
+
+    #[test]
+    fn the_perf_map_switch_is_not_read_as_a_config_key() {
+        let env = vars(&[
+            (crate::sandbox::PERF_MAP_ENV, "1"),
+            ("SPILLWAY_LISTEN", "127.0.0.1:2222"),
+        ]);
+        let c = Config::load(None, &env, &Overrides::default()).unwrap();
+        assert_eq!(c.listen.port(), 2222);
     }
 
     #[test]

@@ -156,4 +156,5 @@ fn base_config() -> Config {
 }
 
 /// Set (to anything) to write wasmtime's perf map (see `base_config`).
-const PERF_MAP_ENV: &str = "SPILLWAY_WASM_PERF_MAP";
+/// Not a config key: the config loader passes it by.
+pub const PERF_MAP_ENV: &str = "SPILLWAY_WASM_PERF_MAP";

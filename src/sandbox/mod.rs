@@ -57,6 +57,7 @@ use modules::{Key as ModuleKey, ModuleCache, Shape};
 use run::{Linkers, Prepared, RunSpec, ScratchLimit};
 use workdir::WorkRoot;
 
+pub use engine::PERF_MAP_ENV;
 pub use run::{Ending, RunOutcome};
 pub use workdir::{ExecInput, OutFile};
 
