@@ -375,4 +375,45 @@ mod tests {
         assert!(matches!(small.state, ScanState::Inline(_)));
         assert_eq!(small.finish().unwrap(), scan_in_chunks(b"a\nb", 1));
     }
+
+    #[test]
+    fn a_pass_that_could_not_start_its_thread_takes_more_chunks_then_refuses_with_the_reason() {
+        let mut s = Scan {
+            size: SCAN_THREAD_AFTER,
+            state: ScanState::NoThread("Resource temporarily unavailable".into()),
+        };
+        s.update(&[b'x'; 1000]);
+        s.update_shared(Bytes::from_static(b"more"));
+        assert_eq!(s.size(), SCAN_THREAD_AFTER + 1004);
+        let err = s.finish().unwrap_err().to_string();
+        assert!(err.contains("could not start a thread"), "{err}");
+        assert!(err.contains("Resource temporarily unavailable"), "{err}");
+        assert!(err.contains("retry the upload"), "{err}");
+    }
+
+    #[test]
+    fn a_pass_whose_thread_died_neither_blocks_the_writer_nor_yields_facts() {
+        let (tx, rx) = sync_channel::<Bytes>(SCAN_QUEUE);
+        let scanner = std::thread::spawn(move || -> ContentScanner {
+            let _first = rx.recv();
+            panic!("the scan thread dies on its first chunk (deliberately, in this test)");
+        });
+        let mut s = Scan {
+            size: 0,
+            state: ScanState::Threaded {
+                chunks: tx,
+                scanner,
+            },
+        };
+        // Far more chunks than the queue holds: with the thread gone, the
+        // sends fail at once instead of waiting for room.
+        for _ in 0..(SCAN_QUEUE * 8) {
+            s.update_shared(Bytes::from_static(&[b'y'; 4096]));
+        }
+        assert_eq!(s.size(), (SCAN_QUEUE * 8 * 4096) as u64);
+        let err = s.finish().unwrap_err().to_string();
+        assert!(err.contains("scan thread failed"), "{err}");
+        assert!(err.contains("nothing was stored"), "{err}");
+        assert!(err.contains("retry the upload"), "{err}");
+    }
 }
