@@ -20,6 +20,8 @@ run: build images ## Start a dev server on 127.0.0.1:50051 with data in ./spillw
 
 test: images grpcurl postgres seaweedfs nginx ## Build the images if needed, then unit tests, the integration tests against each metadata engine (redb, sled, postgres), and fleet mode
 	$(CARGO) test --locked --lib --bins
+	@echo "== every committed fuzz corpus input through its target's checks (fuzz/src/)"
+	$(CARGO) test --locked --test fuzz_corpus
 	@echo "== the jq image's own tests (on the host)"
 	$(CARGO) test --locked --manifest-path guest/jq/Cargo.toml
 	@for engine in $(ENGINES); do \

@@ -1,44 +1,5 @@
-//! Type detection and Inspect's structure inference over any bytes, read in
-//! small pieces: never a panic, and the counts agree with the content.
+//! cargo-fuzz target `inspect`: the checks are [`spillway_fuzz::inspect`], which
+//! the corpus replay (`tests/fuzz_corpus.rs` in the main package) runs too.
 #![no_main]
 
-use std::io::Read;
-
-use libfuzzer_sys::fuzz_target;
-use spillway::inspect::{detect, infer};
-
-/// A reader that hands out at most `step` bytes per call, so that every
-/// boundary case of the streaming parsers is reached.
-struct Trickle<'a> {
-    data: &'a [u8],
-    step: usize,
-}
-
-impl Read for Trickle<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.step.min(buf.len()).min(self.data.len());
-        buf[..n].copy_from_slice(&self.data[..n]);
-        self.data = &self.data[n..];
-        Ok(n)
-    }
-}
-
-fuzz_target!(|input: (u8, &str, &[u8])| {
-    let (step, content_type, content) = input;
-    let _ = detect(content, content_type);
-    let lines = content.iter().filter(|&&b| b == b'\n').count() as u64
-        + u64::from(!content.is_empty() && !content.ends_with(b"\n"));
-    let reader = Trickle {
-        data: content,
-        step: (step as usize % 64) + 1,
-    };
-    let s = infer(reader, content.len() as u64, lines, content_type)
-        .expect("reading from memory cannot fail");
-    assert_eq!(s.size_bytes, content.len() as u64);
-    if let Some(at) = s.invalid_json_at {
-        assert!(
-            at <= content.len() as u64,
-            "invalid_json_at {at} past the end"
-        );
-    }
-});
+libfuzzer_sys::fuzz_target!(|input: spillway_fuzz::inspect::Input<'_>| spillway_fuzz::inspect::check(input));
