@@ -16,9 +16,9 @@ __all__ = ["payloads", "read_text", "read_json", "read_lines", "write_out"]
 PAYLOADS_JSON = "/spillway/payloads.json"
 OUT_DIR = "/out"
 
-#: The input payloads, in order: dicts with the keys id, name, path, size and
-#: content_type. Filled in by the runner when the script starts.
-payloads = []
+# `payloads`, the input payloads in order (dicts with the keys id, name,
+# path, size and content_type), is read from /spillway/payloads.json on
+# first use (see `__getattr__`): a script that never asks pays nothing.
 
 
 def _read_bytes(path):
@@ -39,6 +39,18 @@ def _read_bytes(path):
             out += chunk
     finally:
         _os.close(fd)
+
+
+def __getattr__(name):
+    """`spillway.payloads`, read once, on first use."""
+    if name == "payloads":
+        try:
+            value = _load_payloads()
+        except (OSError, ValueError) as e:
+            raise OSError(f"spillway: cannot read {PAYLOADS_JSON}: {e}") from e
+        globals()["payloads"] = value
+        return value
+    raise AttributeError(f"module 'spillway' has no attribute {name!r}")
 
 
 def _load_payloads():
