@@ -1303,11 +1303,11 @@ async fn a_reused_memory_slot_starts_from_the_modules_image() {
     }
 }
 
-/// The jq and javascript images start from a Wizer snapshot (`make images`):
-/// each exec is a fresh instance of it, so nothing one exec does to the
-/// snapshot's globals or heap is seen by the next, and what QuickJS derived
-/// from the clock at build time (`Math.random`'s state, `performance`'s time
-/// origin) is redone per exec.
+/// The jq and javascript images start from a Wizer snapshot (`make images`),
+/// python from componentize-py's: each exec is a fresh instance of it, so
+/// nothing one exec does to the snapshot's globals or heap is seen by the
+/// next, and what QuickJS derived from the clock at build time
+/// (`Math.random`'s state, `performance`'s time origin) is redone per exec.
 #[tokio::test]
 async fn pre_initialized_images_carry_no_state_from_one_exec_into_the_next() {
     for image in ["jq.wasm", "javascript.wasm"] {
@@ -1385,6 +1385,23 @@ async fn pre_initialized_images_carry_no_state_from_one_exec_into_the_next() {
     )
     .await;
     assert_eq!(out, "[[2,3],1]\n");
+
+    // Python (a componentize-py snapshot): `spillway.payloads`, read on
+    // first use and then kept in the module, and the environment, emptied
+    // at build time, start over in every exec.
+    let taint = r#"
+import os, spillway
+spillway.payloads.append({"id": "forged"})
+spillway.planted = 1
+os.environ["LEAK"] = "from the first exec"
+print(len(spillway.payloads))
+"#;
+    let look = r#"
+import os, spillway
+print(len(spillway.payloads), spillway.payloads[0]["name"], hasattr(spillway, "planted"), dict(os.environ))
+"#;
+    assert_eq!(run("python", taint, &[]).await, "2\n");
+    assert_eq!(run("python", look, &[]).await, "1 rows.ndjson False {}\n");
 }
 
 /// With pool slots that keep what a guest dirtied resident (restored by a
