@@ -918,6 +918,51 @@ async fn python_read_json_reads_a_payload_of_several_reads_and_a_missing_path_is
     );
 }
 
+/// `spillway.read_lines` reads 1 MiB at a time and splits whole chunks:
+/// its lines are the file's, split on `\n` only, without their `\n` or
+/// `\r\n`, however they fall across reads. The payload has a `\r\n` and a
+/// multi-byte character straddling the first 1 MiB boundary, a line of
+/// 2.5 MiB, empty lines, an invalid byte, and a last line with no newline
+/// that ends in a lone `\r` (kept, as before).
+#[tokio::test]
+async fn python_read_lines_splits_lines_across_reads_as_the_file_has_them() {
+    let mut data = Vec::new();
+    while data.len() < (1 << 20) - 3 {
+        data.extend_from_slice(b"line of text\r\n");
+    }
+    data.truncate((1 << 20) - 3);
+    data.extend_from_slice("é🌍\r\n".as_bytes()); // straddles byte 1 MiB
+    data.extend_from_slice(&vec![b'x'; 5 << 19]);
+    data.extend_from_slice(b"\n\n\nbad \xff byte\r\nlast\r");
+    let expected: Vec<String> = {
+        let mut lines: Vec<&[u8]> = data.split(|b| *b == b'\n').collect();
+        let last = lines.pop().unwrap();
+        let mut v: Vec<String> = lines
+            .iter()
+            .map(|l| String::from_utf8_lossy(l.strip_suffix(b"\r").unwrap_or(l)).into_owned())
+            .collect();
+        v.push(String::from_utf8_lossy(last).into_owned());
+        v
+    };
+    let server = TestServer::start().await;
+    let (sid, _) = session_with(&server, "lines.txt", &data).await;
+    let mut c = server.codemode(ALICE).await;
+    let script = "import hashlib, spillway\n\
+                  lines = list(spillway.read_lines(spillway.payloads[0]['path']))\n\
+                  print(len(lines), hashlib.sha256('\\x00'.join(lines).encode()).hexdigest())";
+    let py = c
+        .exec(exec(&sid, "python", script))
+        .await
+        .unwrap()
+        .into_inner();
+    let digest = sha256_hex(expected.join("\0").as_bytes());
+    assert_eq!(
+        py.stdout.trim(),
+        format!("{} {digest}", expected.len()),
+        "{py:?}"
+    );
+}
+
 /// 50 MB of NDJSON records `{"id":…,"status":…,"amount":…,"note":…}`, and
 /// the true per-status count and sum.
 fn fifty_megabytes() -> (Vec<u8>, BTreeMap<String, (u64, i64)>) {
