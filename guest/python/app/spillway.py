@@ -8,6 +8,7 @@
     spillway.write_out("result.csv", text)    # -> /out/result.csv
 """
 
+import errno as _errno
 import json as _json
 import os as _os
 import stat as _stat
@@ -93,7 +94,7 @@ def read_lines(path):
     fd = _os.open(path, _os.O_RDONLY)
     try:
         if _stat.S_ISDIR(_os.fstat(fd).st_mode):
-            raise IsADirectoryError(21, "Is a directory", path)
+            raise IsADirectoryError(_errno.EISDIR, _os.strerror(_errno.EISDIR), path)
     except BaseException:
         _os.close(fd)
         raise
