@@ -221,6 +221,27 @@ impl Server {
         matches!(self.child.try_wait(), Ok(None))
     }
 
+    /// Waits until the server is idle, at most `within`: under a fifth of
+    /// a core over a quarter of a second. An error when it is still busy
+    /// then, with no client of ours calling it.
+    pub async fn settle(&self, within: Duration) -> Result<()> {
+        const SAMPLE: Duration = Duration::from_millis(250);
+        let end = Instant::now() + within;
+        let mut before = proc_cpu(self.pid());
+        loop {
+            tokio::time::sleep(SAMPLE).await;
+            let now = proc_cpu(self.pid());
+            if now.saturating_sub(before) < SAMPLE / 5 {
+                return Ok(());
+            }
+            before = now;
+            anyhow::ensure!(
+                Instant::now() < end,
+                "the server was still busy {within:?} after its clients stopped"
+            );
+        }
+    }
+
     pub fn kill9(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -351,6 +372,26 @@ pub async fn serving(addr: SocketAddr) -> bool {
         HealthClient::new(channel).check(HealthCheckRequest { service: String::new() }).await,
         Ok(r) if r.get_ref().status == ServingStatus::Serving as i32
     )
+}
+
+/// CPU time a process has used (all its threads, live and ended).
+pub fn proc_cpu(pid: u32) -> Duration {
+    /// The unit of utime and stime in /proc/<pid>/stat: USER_HZ, which
+    /// Linux fixes at 100 for user space.
+    const TICK: Duration = Duration::from_millis(10);
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name, which may hold spaces: state is the
+    // first, utime and stime the 12th and 13th.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u32>().ok())
+            .unwrap_or(0)
+    };
+    TICK * (ticks(11) + ticks(12))
 }
 
 pub fn proc_rss(pid: u32) -> (u64, u64) {
