@@ -1,5 +1,6 @@
 //! Slow and broken clients, and protocol abuse.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -148,6 +149,112 @@ async fn broken_round(
     Ok((ended, per_kind))
 }
 
+/// The server's open fds, with those that hold the exec directories it
+/// keeps, emptied, for a tenant's next exec (a bounded pool, see
+/// `sandbox::MAX_SPARE_DIRS`) told apart.
+struct Fds {
+    /// every fd's target (see [`Server::fd_targets`])
+    targets: Vec<String>,
+    /// the targets of the fds that are not a kept exec directory's
+    unpooled: Vec<String>,
+    /// fds on the subdirectories of kept exec directories
+    spare_fds: usize,
+    /// exec directories with all four subdirectories open and empty
+    spare_dirs: usize,
+    /// fds under `exec/` that are not part of such a directory
+    not_spare: Vec<String>,
+}
+
+impl Fds {
+    fn of(server: &Server, data_dir: &Path) -> Self {
+        let targets = server.fd_targets();
+        let prefix = format!(
+            "{}/exec/",
+            data_dir.file_name().unwrap_or_default().to_string_lossy()
+        );
+        let mut by_dir: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+        let mut not_spare = Vec::new();
+        for t in &targets {
+            let Some(rest) = t.strip_prefix(&prefix) else {
+                continue;
+            };
+            match rest.split_once('/') {
+                Some((name, sub)) if !sub.contains('/') => {
+                    by_dir.entry(name).or_default().push(sub)
+                }
+                _ => not_spare.push(t.clone()),
+            }
+        }
+        let (mut spare_fds, mut spare_dirs) = (0, 0);
+        let mut spare_names = Vec::new();
+        for (name, mut subs) in by_dir {
+            subs.sort_unstable();
+            let empty = |sub: &str| {
+                std::fs::read_dir(data_dir.join("exec").join(name).join(sub))
+                    .is_ok_and(|mut d| d.next().is_none())
+            };
+            if subs == ["out", "payloads", "spillway", "tmp"] && subs.iter().all(|s| empty(s)) {
+                spare_fds += subs.len();
+                spare_dirs += 1;
+                spare_names.push(format!("{prefix}{name}/"));
+            } else {
+                not_spare.extend(subs.iter().map(|s| format!("{prefix}{name}/{s}")));
+            }
+        }
+        let unpooled = targets
+            .iter()
+            .filter(|t| !spare_names.iter().any(|n| t.starts_with(n.as_str())))
+            .cloned()
+            .collect();
+        Self {
+            targets,
+            unpooled,
+            spare_fds,
+            spare_dirs,
+            not_spare,
+        }
+    }
+
+    /// Open fds that are not a kept exec directory's.
+    fn unpooled(&self) -> usize {
+        self.unpooled.len()
+    }
+}
+
+/// Waits until the server's fds other than kept exec directories' fall to
+/// `want` (or 10 s pass); returns the last count.
+async fn settle_unpooled(server: &Server, data_dir: &Path, want: usize) -> Fds {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let fds = Fds::of(server, data_dir);
+        if fds.unpooled() <= want || Instant::now() > deadline {
+            return fds;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The fds in `now` beyond those in `before` (a multiset difference), as
+/// `; opened since: …` for a check's line, or nothing.
+fn opened_since(before: &[String], now: &[String]) -> String {
+    let mut left = before.to_vec();
+    let extra: Vec<&str> = now
+        .iter()
+        .filter(|t| match left.iter().position(|b| b == *t) {
+            Some(i) => {
+                left.swap_remove(i);
+                false
+            }
+            None => true,
+        })
+        .map(String::as_str)
+        .collect();
+    match extra.is_empty() {
+        true => String::new(),
+        false => format!("; opened since: {}", extra.join(", ")),
+    }
+}
+
 /// Waits until the server's fd count falls to `want` (or 10 s pass);
 /// returns the last count.
 async fn settle_fds(server: &Server, want: usize) -> usize {
@@ -181,7 +288,7 @@ pub async fn slow_clients(opts: &Opts) -> Result<Outcome> {
     broken_round(&server, &sid, &big, 5).await?;
     drop(p);
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let fds_before = server.fds();
+    let before = Fds::of(&server, &data_dir);
     let temps_before = temp_files(&data_dir).len();
     let mut rss_after_round = Vec::new();
     let mut stalled_ended = 0;
@@ -193,13 +300,19 @@ pub async fn slow_clients(opts: &Opts) -> Result<Outcome> {
         tokio::time::sleep(Duration::from_secs(1)).await;
         rss_after_round.push(server.rss().0);
     }
-    let fds_after = settle_fds(&server, fds_before).await;
+    let after = settle_unpooled(&server, &data_dir, before.unpooled()).await;
     let temps_after = temp_files(&data_dir);
     out.figure(format!(
         "{rounds} rounds × ({per_kind} stalled + {per_kind} half-sent uploads + {} cancelled Download/Exec/Search)",
         3 * (per_kind / 5)
     ));
-    out.figure(format!("fds {fds_before} → {fds_after}"));
+    out.figure(format!(
+        "fds {} → {}, of which kept exec directories' {} → {}",
+        before.targets.len(),
+        after.targets.len(),
+        before.spare_fds,
+        after.spare_fds
+    ));
     out.figure(format!(
         "RSS after each round: {}",
         rss_after_round
@@ -216,8 +329,28 @@ pub async fn slow_clients(opts: &Opts) -> Result<Outcome> {
         ),
     );
     out.check(
-        fds_after <= fds_before,
-        format!("open fds back to the warm-up count ({fds_before} → {fds_after})"),
+        after.unpooled() <= before.unpooled(),
+        format!(
+            "open fds, less those of kept exec directories, back to the warm-up count ({} → {}{})",
+            before.unpooled(),
+            after.unpooled(),
+            match after.unpooled() > before.unpooled() {
+                true => opened_since(&before.unpooled, &after.unpooled),
+                false => String::new(),
+            }
+        ),
+    );
+    out.check(
+        after.spare_dirs <= spillway::sandbox::MAX_SPARE_DIRS && after.not_spare.is_empty(),
+        format!(
+            "exec directories kept for reuse: {} (at most {}), each with its 4 directories open and empty{}",
+            after.spare_dirs,
+            spillway::sandbox::MAX_SPARE_DIRS,
+            match after.not_spare.is_empty() {
+                true => String::new(),
+                false => format!("; open but not a kept, empty exec directory: {}", after.not_spare.join(", ")),
+            }
+        ),
     );
     out.check(
         temps_after.is_empty(),

@@ -305,6 +305,32 @@ impl Server {
             .unwrap_or(0)
     }
 
+    /// What the server's open fds point to, sorted: `socket:`, `pipe:` and
+    /// `anon_inode:` kinds without their inode numbers, files by their path
+    /// under the data dir's parent (the scenario's temporary directory), so
+    /// a leak names its kind and two listings can be compared.
+    pub fn fd_targets(&self) -> Vec<String> {
+        let Ok(dir) = std::fs::read_dir(format!("/proc/{}/fd", self.pid())) else {
+            return Vec::new();
+        };
+        let root = self.data_dir.parent().unwrap_or(&self.data_dir).to_owned();
+        let mut targets: Vec<String> = dir
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .map(|t| match t.strip_prefix(&root) {
+                Ok(rel) => rel.display().to_string(),
+                Err(_) => {
+                    let t = t.display().to_string();
+                    match t.split_once(":[") {
+                        Some((kind, _)) => format!("{kind}:"),
+                        None => t,
+                    }
+                }
+            })
+            .collect();
+        targets.sort();
+        targets
+    }
+
     /// Creates a session and returns its ID.
     pub async fn session(&self, policy: Option<proto::Policy>) -> Result<String> {
         Ok(self

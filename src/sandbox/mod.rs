@@ -65,7 +65,7 @@ pub use workdir::{ExecInput, OutFile};
 pub const WASM_RUNTIME: &str = "wasm";
 
 /// Most emptied exec directories kept for reuse.
-const MAX_SPARE_DIRS: usize = 64;
+pub const MAX_SPARE_DIRS: usize = 64;
 
 /// The `[sandbox]` section.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
