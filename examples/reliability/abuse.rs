@@ -157,8 +157,6 @@ struct Fds {
     targets: Vec<String>,
     /// the targets of the fds that are not a kept exec directory's
     unpooled: Vec<String>,
-    /// fds on the subdirectories of kept exec directories
-    spare_fds: usize,
     /// exec directories with all four subdirectories open and empty
     spare_dirs: usize,
     /// fds under `exec/` that are not part of such a directory
@@ -185,7 +183,6 @@ impl Fds {
                 _ => not_spare.push(t.clone()),
             }
         }
-        let (mut spare_fds, mut spare_dirs) = (0, 0);
         let mut spare_names = Vec::new();
         for (name, mut subs) in by_dir {
             subs.sort_unstable();
@@ -194,8 +191,6 @@ impl Fds {
                     .is_ok_and(|mut d| d.next().is_none())
             };
             if subs == ["out", "payloads", "spillway", "tmp"] && subs.iter().all(|s| empty(s)) {
-                spare_fds += subs.len();
-                spare_dirs += 1;
                 spare_names.push(format!("{prefix}{name}/"));
             } else {
                 not_spare.extend(subs.iter().map(|s| format!("{prefix}{name}/{s}")));
@@ -209,8 +204,7 @@ impl Fds {
         Self {
             targets,
             unpooled,
-            spare_fds,
-            spare_dirs,
+            spare_dirs: spare_names.len(),
             not_spare,
         }
     }
@@ -219,18 +213,10 @@ impl Fds {
     fn unpooled(&self) -> usize {
         self.unpooled.len()
     }
-}
 
-/// Waits until the server's fds other than kept exec directories' fall to
-/// `want` (or 10 s pass); returns the last count.
-async fn settle_unpooled(server: &Server, data_dir: &Path, want: usize) -> Fds {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let fds = Fds::of(server, data_dir);
-        if fds.unpooled() <= want || Instant::now() > deadline {
-            return fds;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    /// Fds on the subdirectories of kept exec directories.
+    fn spare(&self) -> usize {
+        self.targets.len() - self.unpooled.len()
     }
 }
 
@@ -255,14 +241,14 @@ fn opened_since(before: &[String], now: &[String]) -> String {
     }
 }
 
-/// Waits until the server's fd count falls to `want` (or 10 s pass);
-/// returns the last count.
-async fn settle_fds(server: &Server, want: usize) -> usize {
+/// Waits until `count(&probe())` falls to `want` (or 10 s pass); returns
+/// the last probe.
+async fn settle<T>(probe: impl Fn() -> T, count: impl Fn(&T) -> usize, want: usize) -> T {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let n = server.fds();
-        if n <= want || Instant::now() > deadline {
-            return n;
+        let seen = probe();
+        if count(&seen) <= want || Instant::now() > deadline {
+            return seen;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -300,7 +286,12 @@ pub async fn slow_clients(opts: &Opts) -> Result<Outcome> {
         tokio::time::sleep(Duration::from_secs(1)).await;
         rss_after_round.push(server.rss().0);
     }
-    let after = settle_unpooled(&server, &data_dir, before.unpooled()).await;
+    let after = settle(
+        || Fds::of(&server, &data_dir),
+        Fds::unpooled,
+        before.unpooled(),
+    )
+    .await;
     let temps_after = temp_files(&data_dir);
     out.figure(format!(
         "{rounds} rounds × ({per_kind} stalled + {per_kind} half-sent uploads + {} cancelled Download/Exec/Search)",
@@ -310,8 +301,8 @@ pub async fn slow_clients(opts: &Opts) -> Result<Outcome> {
         "fds {} → {}, of which kept exec directories' {} → {}",
         before.targets.len(),
         after.targets.len(),
-        before.spare_fds,
-        after.spare_fds
+        before.spare(),
+        after.spare()
     ));
     out.figure(format!(
         "RSS after each round: {}",
@@ -575,7 +566,7 @@ pub async fn protocol_abuse(opts: &Opts) -> Result<Outcome> {
     );
     out.check(server.alive(), "the server is still running");
     drop(p);
-    let fds_after = settle_fds(&server, fds_before).await;
+    let fds_after = settle(|| server.fds(), |n| *n, fds_before).await;
     out.figure(format!("fds {fds_before} → {fds_after}"));
     out.check(
         fds_after <= fds_before,
